@@ -1,0 +1,50 @@
+//! `Config`: every setting of a tapedeck server, with defaults that work out of the box.
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Settings of a tapedeck server. `Config::default()` is what `tapedeck serve` runs with.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Address to listen on for gRPC. Default `127.0.0.1:9090`.
+    pub listen: SocketAddr,
+    /// Directory holding the database file `tapedeck.redb`. Default `./tapedeck-data`.
+    pub data_dir: PathBuf,
+    /// How long a finished recording stays replayable. Default 30 minutes.
+    pub retention: Duration,
+    /// How often the sweeper collects expired and idle recordings. Default 60 seconds.
+    pub gc_interval: Duration,
+    /// A live recording with no token for this long is ended as `interrupted`. Default 1 hour.
+    pub idle_timeout: Duration,
+    /// Largest single chunk, in UTF-8 bytes. Default 1 MiB.
+    pub max_chunk_bytes: usize,
+    /// Largest recording, in UTF-8 bytes. Default 64 MiB.
+    pub max_recording_bytes: u64,
+    /// Most recordings live at once. Default 10,000.
+    pub max_live_recordings: usize,
+    /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
+    pub shutdown_timeout: Duration,
+}
+
+impl Config {
+    /// Path of the database file inside `data_dir`.
+    pub fn database_path(&self) -> PathBuf {
+        self.data_dir.join("tapedeck.redb")
+    }
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
+            data_dir: PathBuf::from("./tapedeck-data"),
+            retention: Duration::from_secs(30 * 60),
+            gc_interval: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(60 * 60),
+            max_chunk_bytes: 1024 * 1024,
+            max_recording_bytes: 64 * 1024 * 1024,
+            max_live_recordings: 10_000,
+            shutdown_timeout: Duration::from_secs(10),
+        }
+    }
+}

@@ -1,0 +1,150 @@
+//! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{parse_id, parse_offset, stream_replay};
+use crate::pb::response_recorder_service_server::ResponseRecorderService;
+use crate::pb::{
+    CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
+    IsEnabledResponse, RecordRequest, RecordResponse, RecordStatus, ReplayRequest, ReplayResponse,
+};
+use crate::recorder::{Producer, Recorder};
+use crate::store::{Progress, Status as RecordingStatus};
+
+/// The current recorder API over a [`Recorder`].
+#[derive(Clone, Debug)]
+pub struct RecorderService {
+    recorder: Recorder,
+}
+
+impl RecorderService {
+    /// A service answering from `recorder`.
+    pub fn new(recorder: Recorder) -> Self {
+        Self { recorder }
+    }
+}
+
+#[tonic::async_trait]
+impl ResponseRecorderService for RecorderService {
+    async fn record(
+        &self,
+        request: Request<Streaming<RecordRequest>>,
+    ) -> Result<Response<RecordResponse>, Status> {
+        let mut stream = request.into_inner();
+        let Some(first) = stream.message().await? else {
+            return Err(crate::Error::MissingConversationId.into());
+        };
+        let id = parse_id(&first.conversation_id)?;
+        let producer = self.recorder.start(id).await?;
+        record_stream(producer, first, stream)
+            .await
+            .map(Response::new)
+    }
+
+    type ReplayStream = ReceiverStream<Result<ReplayResponse, Status>>;
+
+    async fn replay(
+        &self,
+        request: Request<ReplayRequest>,
+    ) -> Result<Response<Self::ReplayStream>, Status> {
+        let request = request.into_inner();
+        let id = parse_id(&request.conversation_id)?;
+        let offset = parse_offset(request.resume_offset)?;
+        let stream = stream_replay(&self.recorder, &id, offset, |piece| ReplayResponse {
+            content: piece.text,
+            redirect_address: String::new(),
+            offset: piece.end_offset as i64,
+        })
+        .await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<CancelRecordRequest>,
+    ) -> Result<Response<CancelRecordResponse>, Status> {
+        let id = parse_id(&request.into_inner().conversation_id)?;
+        let accepted = self.recorder.cancel(&id).await?;
+        Ok(Response::new(CancelRecordResponse {
+            accepted,
+            redirect_address: String::new(),
+        }))
+    }
+
+    async fn is_enabled(&self, _: Request<()>) -> Result<Response<IsEnabledResponse>, Status> {
+        Ok(Response::new(IsEnabledResponse { enabled: true }))
+    }
+
+    async fn check_recordings(
+        &self,
+        request: Request<CheckRecordingsRequest>,
+    ) -> Result<Response<CheckRecordingsResponse>, Status> {
+        let ids = request.into_inner().conversation_ids;
+        let conversation_ids = self.recorder.check_live(&ids)?;
+        Ok(Response::new(CheckRecordingsResponse { conversation_ids }))
+    }
+}
+
+/// Appends each message's content until the producer completes (or half-closes), the stream
+/// fails, or the recording is ended by someone else (cancel, supersede, idle, shutdown).
+async fn record_stream(
+    mut producer: Producer,
+    first: RecordRequest,
+    mut stream: Streaming<RecordRequest>,
+) -> Result<RecordResponse, Status> {
+    let mut next = Some(first);
+    loop {
+        let message = match next.take() {
+            Some(message) => message,
+            None => tokio::select! {
+                ended = producer.ended() => return Ok(response(ended, producer.tape().end_message())),
+                message = stream.message() => match message {
+                    Ok(Some(message)) => message,
+                    Ok(None) => break,
+                    Err(status) => {
+                        producer.interrupt(format!("producer stream failed: {}", status.message())).await;
+                        return Err(status);
+                    }
+                },
+            },
+        };
+        if let Err(err) = producer
+            .accept(&message.conversation_id, &message.content)
+            .await
+        {
+            producer.interrupt(err.to_string()).await;
+            return Err(err.into());
+        }
+        if message.complete {
+            break;
+        }
+    }
+    let tape = producer.tape().clone();
+    Ok(match producer.complete().await {
+        Ok(progress) => response(progress, tape.end_message()),
+        Err(err) => RecordResponse {
+            status: RecordStatus::Error as i32,
+            error_message: err.to_string(),
+        },
+    })
+}
+
+/// The answer to a producer whose recording ended as `progress` says.
+fn response(progress: Progress, message: Option<&str>) -> RecordResponse {
+    let (status, default_message) = match progress.status {
+        RecordingStatus::Completed => (RecordStatus::Success, ""),
+        RecordingStatus::Cancelled => (RecordStatus::Cancelled, "the recording was cancelled"),
+        RecordingStatus::Superseded => (
+            RecordStatus::Error,
+            "superseded: a newer recording of this conversation replaced this one",
+        ),
+        RecordingStatus::Interrupted => (RecordStatus::Error, "the recording was interrupted"),
+        RecordingStatus::Failed | RecordingStatus::Recording => {
+            (RecordStatus::Error, "the recording failed")
+        }
+    };
+    RecordResponse {
+        status: status as i32,
+        error_message: message.unwrap_or(default_message).to_string(),
+    }
+}

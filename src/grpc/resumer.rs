@@ -1,0 +1,253 @@
+//! `memory.v1.ResponseResumerService`, the legacy API: per-token acknowledgements carrying the
+//! committed byte length, and replay from a byte position. Same recordings as the current API.
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::stream::{FuturesOrdered, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::{parse_id, parse_offset, stream_replay};
+use crate::pb::response_resumer_service_server::ResponseResumerService;
+use crate::pb::{
+    CancelResponseRequest, CancelResponseResponse, CheckConversationsRequest,
+    CheckConversationsResponse, IsEnabledResponse, ReplayResponseTokensRequest,
+    ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
+};
+use crate::recorder::{Producer, Recorder};
+use crate::store::Status as RecordingStatus;
+
+/// How long `CancelResponse` waits for the producer's stream to end.
+const CANCEL_WAIT: Duration = Duration::from_secs(30);
+/// Responses queued for a producer that reads them slowly.
+const RESPONSE_BUFFER: usize = 64;
+
+/// The legacy resumer API over a [`Recorder`].
+#[derive(Clone, Debug)]
+pub struct ResumerService {
+    recorder: Recorder,
+}
+
+impl ResumerService {
+    /// A service answering from `recorder`.
+    pub fn new(recorder: Recorder) -> Self {
+        Self { recorder }
+    }
+}
+
+type TokenResponses = ReceiverStream<Result<StreamResponseTokenResponse, Status>>;
+
+#[tonic::async_trait]
+impl ResponseResumerService for ResumerService {
+    type StreamResponseTokensStream = TokenResponses;
+
+    async fn stream_response_tokens(
+        &self,
+        request: Request<Streaming<StreamResponseTokenRequest>>,
+    ) -> Result<Response<TokenResponses>, Status> {
+        let mut stream = request.into_inner();
+        let Some(first) = stream.message().await? else {
+            return Err(crate::Error::MissingConversationId.into());
+        };
+        let id = parse_id(&first.conversation_id)?;
+        let producer = self.recorder.start(id).await?;
+        let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
+        tokio::spawn(stream_tokens(producer, first, stream, tx));
+        Ok(Response::new(ReceiverStream::new(rx)))
+    }
+
+    type ReplayResponseTokensStream = ReceiverStream<Result<ReplayResponseTokensResponse, Status>>;
+
+    async fn replay_response_tokens(
+        &self,
+        request: Request<ReplayResponseTokensRequest>,
+    ) -> Result<Response<Self::ReplayResponseTokensStream>, Status> {
+        let request = request.into_inner();
+        let id = parse_id(&request.conversation_id)?;
+        let offset = parse_offset(request.resume_position)?;
+        let stream = stream_replay(&self.recorder, &id, offset, |piece| {
+            ReplayResponseTokensResponse {
+                token: piece.text,
+                offset: piece.end_offset as i64,
+            }
+        })
+        .await?;
+        Ok(Response::new(stream))
+    }
+
+    async fn cancel_response(
+        &self,
+        request: Request<CancelResponseRequest>,
+    ) -> Result<Response<CancelResponseResponse>, Status> {
+        let id = parse_id(&request.into_inner().conversation_id)?;
+        let accepted = self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?;
+        Ok(Response::new(CancelResponseResponse { accepted }))
+    }
+
+    async fn is_enabled(&self, _: Request<()>) -> Result<Response<IsEnabledResponse>, Status> {
+        Ok(Response::new(IsEnabledResponse { enabled: true }))
+    }
+
+    async fn check_conversations(
+        &self,
+        request: Request<CheckConversationsRequest>,
+    ) -> Result<Response<CheckConversationsResponse>, Status> {
+        let ids = request.into_inner().conversation_ids;
+        let conversation_ids = self.recorder.check_live(&ids)?;
+        Ok(Response::new(CheckConversationsResponse {
+            conversation_ids,
+        }))
+    }
+}
+
+/// An acknowledgement in flight: resolves to the response owed for one request.
+type PendingAck = Pin<Box<dyn Future<Output = StreamResponseTokenResponse> + Send>>;
+
+/// The producer session of the legacy API. Every request is answered, in order: a token once
+/// it is committed, with the committed length; a refused message at once with `success=false`
+/// (the stream goes on). When the recording is ended by someone else the producer gets one
+/// last response (`cancel_requested=true` for a cancel) and the stream closes.
+async fn stream_tokens(
+    mut producer: Producer,
+    first: StreamResponseTokenRequest,
+    mut requests: Streaming<StreamResponseTokenRequest>,
+    responses: mpsc::Sender<Result<StreamResponseTokenResponse, Status>>,
+) {
+    let mut pending: FuturesOrdered<PendingAck> = FuturesOrdered::new();
+    let mut next = Some(first);
+    let mut input_open = true;
+    loop {
+        if let Some(message) = next.take() {
+            let complete = message.complete;
+            pending.push_back(accept(&mut producer, message).await);
+            if complete {
+                break;
+            }
+            continue;
+        }
+        if !input_open && pending.is_empty() {
+            break;
+        }
+        tokio::select! {
+            biased;
+            Some(response) = pending.next() => {
+                if responses.send(Ok(response)).await.is_err() {
+                    producer.interrupt("the producer went away".into()).await;
+                    return;
+                }
+            }
+            ended = producer.ended() => {
+                // Acks already owed come first; refused ones report the end themselves.
+                while let Some(response) = pending.next().await {
+                    let _ = responses.send(Ok(response)).await;
+                }
+                let _ = responses.send(Ok(end_response(ended.bytes, ended.status, &producer))).await;
+                return;
+            }
+            message = requests.message(), if input_open => match message {
+                Ok(Some(message)) => next = Some(message),
+                Ok(None) => input_open = false,
+                Err(status) => {
+                    producer.interrupt(format!("producer stream failed: {}", status.message())).await;
+                    return;
+                }
+            },
+        }
+    }
+    // Completed (or half-closed): answer what is owed, then finish the recording.
+    while let Some(response) = pending.next().await {
+        let _ = responses.send(Ok(response)).await;
+    }
+    let tape = producer.tape().clone();
+    match producer.complete().await {
+        Ok(progress) if progress.status == RecordingStatus::Completed => {}
+        Ok(progress) => {
+            let _ = responses
+                .send(Ok(end_response_for(
+                    progress.bytes,
+                    progress.status,
+                    tape.end_message(),
+                )))
+                .await;
+        }
+        Err(err) => {
+            let _ = responses
+                .send(Ok(refusal(&err.to_string(), tape.progress().bytes)))
+                .await;
+        }
+    }
+}
+
+/// Appends one request's token; returns the response it is owed, to be awaited in order.
+async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) -> PendingAck {
+    let committed_now = producer.tape().progress().bytes;
+    match producer
+        .accept(&message.conversation_id, &message.token)
+        .await
+    {
+        Ok(Some(committed)) => Box::pin(async move {
+            match committed.await {
+                Ok(Ok(offset)) => success(offset),
+                Ok(Err(err)) => refusal(&err.to_string(), committed_now),
+                Err(_) => refusal("the server is shutting down", committed_now),
+            }
+        }),
+        // Nothing to commit: answer with what is committed when earlier acks are answered.
+        Ok(None) => {
+            let tape = producer.tape().clone();
+            Box::pin(async move { success(tape.progress().bytes) })
+        }
+        Err(err) => {
+            let message = err.to_string();
+            Box::pin(async move { refusal(&message, committed_now) })
+        }
+    }
+}
+
+fn success(offset: u64) -> StreamResponseTokenResponse {
+    StreamResponseTokenResponse {
+        success: true,
+        error_message: String::new(),
+        current_offset: offset as i64,
+        cancel_requested: false,
+    }
+}
+
+fn refusal(message: &str, offset: u64) -> StreamResponseTokenResponse {
+    StreamResponseTokenResponse {
+        success: false,
+        error_message: message.to_string(),
+        current_offset: offset as i64,
+        cancel_requested: false,
+    }
+}
+
+fn end_response(
+    bytes: u64,
+    status: RecordingStatus,
+    producer: &Producer,
+) -> StreamResponseTokenResponse {
+    end_response_for(bytes, status, producer.tape().end_message())
+}
+
+/// The last response of a producer whose recording was ended by someone else.
+fn end_response_for(
+    bytes: u64,
+    status: RecordingStatus,
+    message: Option<&str>,
+) -> StreamResponseTokenResponse {
+    if status == RecordingStatus::Cancelled {
+        return StreamResponseTokenResponse {
+            success: true,
+            error_message: String::new(),
+            current_offset: bytes as i64,
+            cancel_requested: true,
+        };
+    }
+    let reason = match message {
+        Some(message) => message.to_string(),
+        None => format!("the recording ended: {}", status.as_str()),
+    };
+    refusal(&reason, bytes)
+}

@@ -1,0 +1,252 @@
+//! `Replay`: one reader's walk through a recording, from a byte offset to its end. Catch-up is
+//! read in messages of up to 64 KiB; once caught up it waits on the recording's committed
+//! high-water mark, so new chunks are pushed without polling, with no gap and no duplicate.
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use crate::error::{Error, Result};
+use crate::id::ConversationId;
+use crate::store::{Chunk, Progress, Status, Store, Tape};
+
+/// Largest text sent in one replay message, in bytes.
+pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+
+/// One message of a replay.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Piece {
+    pub text: String,
+    /// Byte offset just after `text`.
+    pub end_offset: u64,
+}
+
+/// Where a replay reads from.
+enum Source {
+    /// A recording still being produced; its committed state moves.
+    Live {
+        tape: Arc<Tape>,
+        progress: watch::Receiver<Progress>,
+    },
+    /// A finished recording; its committed state is fixed.
+    Finished { progress: Progress },
+}
+
+/// A reader's position in one recording.
+pub struct Replay {
+    store: Store,
+    key: u128,
+    generation: u64,
+    source: Source,
+    /// Next chunk to read.
+    next_index: u64,
+    /// Byte offset of the next byte to send; may fall inside chunk `next_index`.
+    position: u64,
+    /// A resume offset beyond what was committed when the replay opened.
+    pending_seek: Option<u64>,
+    /// How the recording ended, once the replay has sent all of it.
+    ended: Option<Status>,
+}
+
+impl Replay {
+    pub(super) async fn open(store: Store, id: &ConversationId, offset: u64) -> Result<Replay> {
+        let (source, generation) = match store.live(id.key()) {
+            Some(tape) => {
+                let generation = tape.generation();
+                let progress = tape.subscribe();
+                (Source::Live { tape, progress }, generation)
+            }
+            None => {
+                let meta = store
+                    .meta(id.key())
+                    .await?
+                    .ok_or_else(|| Error::RecordingNotFound { id: id.to_string() })?;
+                let progress = Progress {
+                    chunks: meta.chunk_count,
+                    bytes: meta.byte_len,
+                    status: meta.status,
+                };
+                (Source::Finished { progress }, meta.generation)
+            }
+        };
+        let mut replay = Replay {
+            store,
+            key: id.key(),
+            generation,
+            source,
+            next_index: 0,
+            position: 0,
+            pending_seek: (offset > 0).then_some(offset),
+            ended: None,
+        };
+        // Seek now when the offset is already committed, so a bad offset fails the call itself.
+        let progress = replay.progress();
+        if offset > progress.bytes && !progress.status.is_live() {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                len: progress.bytes,
+            });
+        }
+        if offset > 0 && offset <= progress.bytes {
+            replay.seek(offset, progress).await?;
+        }
+        Ok(replay)
+    }
+
+    /// The next message, or `None` once everything up to the recording's end has been sent.
+    /// Waits while the recording is live and nothing new is committed.
+    ///
+    /// Fails with `OffsetOutOfRange` / `OffsetInsideCharacter` for a resume offset that turned
+    /// out bad once the recording grew or ended, or a storage error.
+    pub async fn next(&mut self) -> Result<Option<Piece>> {
+        loop {
+            if self.ended.is_some() {
+                return Ok(None);
+            }
+            let progress = self.progress();
+            if let Some(offset) = self.pending_seek {
+                if offset <= progress.bytes {
+                    self.seek(offset, progress).await?;
+                } else if !progress.status.is_live() {
+                    return self.end_early(progress, offset);
+                }
+            }
+            if self.pending_seek.is_none() && self.next_index < progress.chunks {
+                match self.read_from(self.next_index).await {
+                    Ok(chunks) if !chunks.is_empty() => return Ok(Some(self.coalesce(&chunks)?)),
+                    Ok(_) => {}
+                    // The conversation was re-recorded under us: this recording is gone.
+                    Err(Error::Superseded | Error::RecordingNotFound { .. }) => {
+                        self.ended = Some(Status::Superseded);
+                        return Ok(None);
+                    }
+                    Err(err) => return Err(err),
+                }
+            } else if !progress.status.is_live() {
+                self.ended = Some(progress.status);
+                return Ok(None);
+            }
+            self.wait_for_change().await;
+        }
+    }
+
+    /// How the recording ended; `None` until [`next`](Self::next) has returned `None`.
+    pub fn ending(&self) -> Option<Status> {
+        self.ended
+    }
+
+    /// Byte offset after the last byte sent (or the resume offset, before anything is sent).
+    pub fn offset(&self) -> u64 {
+        self.pending_seek.unwrap_or(self.position)
+    }
+
+    fn progress(&mut self) -> Progress {
+        match &mut self.source {
+            Source::Live { progress, .. } => *progress.borrow_and_update(),
+            Source::Finished { progress } => *progress,
+        }
+    }
+
+    async fn wait_for_change(&mut self) {
+        if let Source::Live { progress, .. } = &mut self.source {
+            // The sender lives in the tape this replay holds, so `changed` cannot fail.
+            let _ = progress.changed().await;
+        }
+    }
+
+    /// A resume offset beyond the end of the recording, found out once it ended.
+    fn end_early(&mut self, progress: Progress, offset: u64) -> Result<Option<Piece>> {
+        if progress.status == Status::Superseded {
+            self.ended = Some(Status::Superseded);
+            return Ok(None);
+        }
+        Err(Error::OffsetOutOfRange {
+            offset,
+            len: progress.bytes,
+        })
+    }
+
+    /// Positions the replay at byte `offset` (at most the committed length).
+    async fn seek(&mut self, offset: u64, progress: Progress) -> Result<()> {
+        self.pending_seek = None;
+        self.position = offset;
+        if offset == progress.bytes {
+            self.next_index = progress.chunks;
+            return Ok(());
+        }
+        let index = match self.tail_chunks(0) {
+            Some(tail) if tail.first().is_some_and(|c| c.offset <= offset) => tail
+                .iter()
+                .rev()
+                .find(|c| c.offset <= offset)
+                .map_or(0, |c| c.index),
+            _ => {
+                self.store
+                    .locate(self.key, self.generation, progress.chunks, offset)
+                    .await?
+            }
+        };
+        self.next_index = index;
+        let chunk = self.read_from(index).await?;
+        let first = chunk
+            .first()
+            .ok_or_else(|| Error::Corrupt("located chunk is missing".into()))?;
+        if !first
+            .text
+            .is_char_boundary((offset - first.offset) as usize)
+        {
+            return Err(Error::OffsetInsideCharacter { offset });
+        }
+        Ok(())
+    }
+
+    fn tail_chunks(&self, from: u64) -> Option<Vec<Chunk>> {
+        match &self.source {
+            Source::Live { tape, .. } => tape.tail_from(from),
+            Source::Finished { .. } => None,
+        }
+    }
+
+    /// Committed chunks from `index` on: from the live tail when it still holds them, else
+    /// from the store.
+    async fn read_from(&self, index: u64) -> Result<Vec<Chunk>> {
+        if let Some(chunks) = self.tail_chunks(index)
+            && !chunks.is_empty()
+        {
+            return Ok(chunks);
+        }
+        self.store
+            .read_chunks(self.key, self.generation, index, MAX_MESSAGE_BYTES)
+            .await
+    }
+
+    /// Joins chunks, from the current position, into one message of at most
+    /// [`MAX_MESSAGE_BYTES`], splitting a large chunk at a character boundary.
+    fn coalesce(&mut self, chunks: &[Chunk]) -> Result<Piece> {
+        let mut text = String::new();
+        let from = self.next_index;
+        for chunk in chunks.iter().filter(|c| c.index >= from) {
+            let skip = (self.position - chunk.offset) as usize;
+            let rest = chunk.text.get(skip..).ok_or(Error::OffsetInsideCharacter {
+                offset: self.position,
+            })?;
+            let room = MAX_MESSAGE_BYTES - text.len();
+            if rest.len() <= room {
+                text.push_str(rest);
+                self.position = chunk.end();
+                self.next_index = chunk.index + 1;
+            } else {
+                let cut = rest.floor_char_boundary(room);
+                text.push_str(&rest[..cut]);
+                self.position += cut as u64;
+                break;
+            }
+            if text.len() == MAX_MESSAGE_BYTES {
+                break;
+            }
+        }
+        Ok(Piece {
+            text,
+            end_offset: self.position,
+        })
+    }
+}

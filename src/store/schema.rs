@@ -1,0 +1,113 @@
+//! The redb tables and how their values are encoded. A recording is one contiguous key range of
+//! `chunks`, one `recordings` row, and, once finished, one `expiry` entry.
+use redb::TableDefinition;
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+
+/// Version of the layout below; a file with another version is refused on open.
+pub const SCHEMA_VERSION: u64 = 1;
+
+/// `(conversation, chunk index)` → chunk start byte offset (8 bytes, little-endian) + UTF-8 text.
+pub(crate) const CHUNKS: TableDefinition<(u128, u64), &[u8]> = TableDefinition::new("chunks");
+/// conversation → bincode [`RecordingMeta`] of its latest recording.
+pub(crate) const RECORDINGS: TableDefinition<u128, &[u8]> = TableDefinition::new("recordings");
+/// `(expires at, ms since epoch; conversation)` → nothing: the GC schedule in time order.
+pub(crate) const EXPIRY: TableDefinition<(u64, u128), ()> = TableDefinition::new("expiry");
+/// Named numbers about the file itself, such as [`SCHEMA_VERSION_KEY`].
+pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta");
+
+pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
+
+/// Where a recording is in its life.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Status {
+    /// A producer is appending to it.
+    Recording,
+    /// The producer finished it.
+    Completed,
+    /// Someone cancelled it.
+    Cancelled,
+    /// Its producer vanished: stream error, idle timeout, shutdown or crash.
+    Interrupted,
+    /// Storing it failed.
+    Failed,
+    /// Replaced by a newer recording of the same conversation and deleted. Never stored: only
+    /// the readers and producer of the replaced recording see it.
+    Superseded,
+}
+
+impl Status {
+    /// The lower-case name used in logs and in the `tapedeck-status` trailer.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Recording => "recording",
+            Status::Completed => "completed",
+            Status::Cancelled => "cancelled",
+            Status::Interrupted => "interrupted",
+            Status::Failed => "failed",
+            Status::Superseded => "superseded",
+        }
+    }
+
+    /// Whether the recording can still grow.
+    pub fn is_live(self) -> bool {
+        self == Status::Recording
+    }
+}
+
+/// The `recordings` row of a conversation's latest recording.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RecordingMeta {
+    /// The conversation id exactly as the producer sent it.
+    pub original_id: Vec<u8>,
+    pub status: Status,
+    pub created_ms: u64,
+    pub updated_ms: u64,
+    pub finished_ms: Option<u64>,
+    /// When the sweeper may delete it; set when it finishes.
+    pub expires_at_ms: Option<u64>,
+    pub chunk_count: u64,
+    /// Total UTF-8 length of its chunks.
+    pub byte_len: u64,
+    /// Why it ended, for `interrupted` and `failed`.
+    pub error: Option<String>,
+    /// Counts the recordings this conversation has had; tells a replaced recording's readers
+    /// that the chunks under its key are no longer theirs.
+    pub generation: u64,
+}
+
+pub(crate) fn encode_meta(meta: &RecordingMeta) -> Result<Vec<u8>> {
+    bincode::serde::encode_to_vec(meta, bincode::config::standard())
+        .map_err(|e| Error::Corrupt(format!("encoding recording meta: {e}")))
+}
+
+pub(crate) fn decode_meta(bytes: &[u8]) -> Result<RecordingMeta> {
+    bincode::serde::decode_from_slice(bytes, bincode::config::standard())
+        .map(|(meta, _)| meta)
+        .map_err(|e| Error::Corrupt(format!("decoding recording meta: {e}")))
+}
+
+pub(crate) fn encode_chunk(offset: u64, text: &str) -> Vec<u8> {
+    let mut value = Vec::with_capacity(8 + text.len());
+    value.extend_from_slice(&offset.to_le_bytes());
+    value.extend_from_slice(text.as_bytes());
+    value
+}
+
+/// The start offset of a stored chunk, without decoding its text.
+pub(crate) fn chunk_offset(value: &[u8]) -> Result<u64> {
+    let head: [u8; 8] = value
+        .get(..8)
+        .and_then(|h| h.try_into().ok())
+        .ok_or_else(|| Error::Corrupt("chunk shorter than its offset header".into()))?;
+    Ok(u64::from_le_bytes(head))
+}
+
+/// The start offset and text of a stored chunk.
+pub(crate) fn decode_chunk(value: &[u8]) -> Result<(u64, &str)> {
+    let offset = chunk_offset(value)?;
+    let text = std::str::from_utf8(&value[8..])
+        .map_err(|_| Error::Corrupt("chunk text is not UTF-8".into()))?;
+    Ok((offset, text))
+}

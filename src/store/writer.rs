@@ -1,0 +1,516 @@
+//! The commit pipeline: one thread owns every write transaction. It takes all the work that is
+//! waiting, applies it in one transaction, commits once (one fsync), and only then publishes the
+//! new committed state to readers and answers the producers.
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+
+use redb::{Database, ReadableTable};
+use tokio::sync::{mpsc, oneshot};
+
+use super::schema::{
+    self, CHUNKS, EXPIRY, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
+};
+use super::tape::{Chunk, Tape};
+use crate::clock::Clock;
+use crate::error::{Error, Result};
+use crate::id::ConversationId;
+
+/// Most ops folded into one transaction; bounds the size and latency of a single commit.
+const MAX_OPS_PER_COMMIT: usize = 4096;
+
+/// Registry of live recordings by conversation key, shared with the read side.
+pub(crate) type LiveTapes = Arc<Mutex<HashMap<u128, Arc<Tape>>>>;
+
+/// Work for the writer thread.
+pub(crate) enum Op {
+    /// Starts a recording, replacing the conversation's previous one in the same commit.
+    Start {
+        id: ConversationId,
+        done: oneshot::Sender<Result<Arc<Tape>>>,
+    },
+    Append {
+        tape: Arc<Tape>,
+        chunk: Chunk,
+        done: oneshot::Sender<Result<u64>>,
+    },
+    /// Ends a recording; answers `true` if this op ended it, `false` if it had already ended.
+    Finish {
+        tape: Arc<Tape>,
+        status: Status,
+        message: Option<String>,
+        done: oneshot::Sender<Result<bool>>,
+    },
+    /// Deletes expired recordings, at most `max_chunks` chunks in this commit.
+    Sweep {
+        max_chunks: u64,
+        done: oneshot::Sender<Result<SweepReport>>,
+    },
+    /// Commits what is queued, then stops the pipeline; later submissions fail.
+    Close,
+}
+
+/// What one sweep commit deleted.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct SweepReport {
+    pub recordings_deleted: u64,
+    pub chunks_deleted: u64,
+    /// Expired data is left for the next commit because this one reached its chunk budget.
+    pub more: bool,
+}
+
+/// Settings the writer applies to every op.
+pub(crate) struct WriterSettings {
+    pub retention_ms: u64,
+    pub max_live: usize,
+    pub clock: Arc<dyn Clock>,
+}
+
+pub(crate) struct Writer {
+    db: Arc<Database>,
+    live: LiveTapes,
+    settings: WriterSettings,
+}
+
+/// What to do once a transaction is committed (or has failed).
+enum Effect {
+    Started(
+        Arc<Tape>,
+        Option<Arc<Tape>>,
+        oneshot::Sender<Result<Arc<Tape>>>,
+    ),
+    Appended(Arc<Tape>, Chunk, oneshot::Sender<Result<u64>>),
+    Finished(
+        Arc<Tape>,
+        Status,
+        Option<String>,
+        oneshot::Sender<Result<bool>>,
+    ),
+    Swept(SweepReport, oneshot::Sender<Result<SweepReport>>),
+}
+
+/// Rows of `recordings` read and changed within one transaction; written back once at the end.
+#[derive(Default)]
+struct MetaCache {
+    rows: HashMap<u128, Option<RecordingMeta>>,
+    dirty: HashSet<u128>,
+}
+
+impl Writer {
+    pub(crate) fn new(db: Arc<Database>, live: LiveTapes, settings: WriterSettings) -> Self {
+        Self { db, live, settings }
+    }
+
+    /// Serves ops until told to close or every sender is gone.
+    pub(crate) fn run(self, mut ops: mpsc::Receiver<Op>) {
+        let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
+        while let Some(op) = ops.blocking_recv() {
+            let mut closing = self.push(&mut batch, op);
+            // Natural batching: whatever queued up during the previous commit goes in this one.
+            while batch.len() < MAX_OPS_PER_COMMIT {
+                match ops.try_recv() {
+                    Ok(op) => closing |= self.push(&mut batch, op),
+                    Err(_) => break,
+                }
+            }
+            self.commit(&mut batch);
+            if closing {
+                // Refuse new work, but commit what was already accepted.
+                ops.close();
+                while let Ok(op) = ops.try_recv() {
+                    self.push(&mut batch, op);
+                    if batch.len() == MAX_OPS_PER_COMMIT {
+                        self.commit(&mut batch);
+                    }
+                }
+                self.commit(&mut batch);
+                break;
+            }
+        }
+        tracing::debug!("commit pipeline stopped");
+    }
+
+    /// Adds `op` to the batch; true if it asks the pipeline to close.
+    fn push(&self, batch: &mut Vec<Op>, op: Op) -> bool {
+        match op {
+            Op::Close => true,
+            op => {
+                batch.push(op);
+                false
+            }
+        }
+    }
+
+    fn commit(&self, batch: &mut Vec<Op>) {
+        if batch.is_empty() {
+            return;
+        }
+        let mut effects = Vec::with_capacity(batch.len());
+        let outcome = self.apply_all(batch.drain(..), &mut effects);
+        match outcome {
+            Ok(()) => {
+                for effect in effects {
+                    self.publish(effect);
+                }
+            }
+            Err(err) => {
+                tracing::error!(error = %err, ops = effects.len(), "commit failed");
+                self.fail(effects, &err);
+            }
+        }
+    }
+
+    fn apply_all(&self, ops: impl Iterator<Item = Op>, effects: &mut Vec<Effect>) -> Result<()> {
+        let txn = self.db.begin_write().map_err(Error::storage)?;
+        let now = self.settings.clock.now_ms();
+        {
+            let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
+            let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+            let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
+            let mut tables = Tables {
+                chunks: &mut chunks,
+                recordings: &mut recordings,
+                expiry: &mut expiry,
+                metas: MetaCache::default(),
+                now,
+            };
+            for op in ops {
+                if let Some(effect) = self.apply(&mut tables, op)? {
+                    effects.push(effect);
+                }
+            }
+            tables.flush_metas()?;
+        }
+        txn.commit().map_err(Error::storage)
+    }
+
+    /// Applies one op to the open transaction. Refusals (a closed tape, too many live
+    /// recordings) are answered at once; storage errors abort the whole transaction.
+    fn apply(&self, t: &mut Tables<'_, '_>, op: Op) -> Result<Option<Effect>> {
+        match op {
+            Op::Start { id, done } => {
+                let key = id.key();
+                let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+                if !live.contains_key(&key) && live.len() >= self.settings.max_live {
+                    let _ = done.send(Err(Error::TooManyLiveRecordings {
+                        max: self.settings.max_live,
+                    }));
+                    return Ok(None);
+                }
+                let generation = t.delete_recording(key)?.map_or(1, |old| old.generation + 1);
+                t.set_meta(
+                    key,
+                    Some(RecordingMeta {
+                        original_id: id.original().to_vec(),
+                        status: Status::Recording,
+                        created_ms: t.now,
+                        updated_ms: t.now,
+                        finished_ms: None,
+                        expires_at_ms: None,
+                        chunk_count: 0,
+                        byte_len: 0,
+                        error: None,
+                        generation,
+                    }),
+                );
+                let tape = Arc::new(Tape::new(key, id.original().to_vec(), generation, t.now));
+                // Registered before the commit so that a reader arriving now waits on this tape;
+                // it shows nothing until chunks are committed.
+                let replaced = live.insert(key, tape.clone()).filter(|old| old.close());
+                Ok(Some(Effect::Started(tape, replaced, done)))
+            }
+            Op::Append { tape, chunk, done } => {
+                if tape.is_closed() {
+                    let _ = done.send(Err(ended_error(&tape)));
+                    return Ok(None);
+                }
+                let value = schema::encode_chunk(chunk.offset, &chunk.text);
+                t.chunks
+                    .insert((tape.key(), chunk.index), value.as_slice())
+                    .map_err(Error::storage)?;
+                let now = t.now;
+                let end = chunk.end();
+                t.update_meta(tape.key(), |meta| {
+                    meta.chunk_count = chunk.index + 1;
+                    meta.byte_len = end;
+                    meta.updated_ms = now;
+                })?;
+                tape.touch(now);
+                Ok(Some(Effect::Appended(tape, chunk, done)))
+            }
+            Op::Finish {
+                tape,
+                status,
+                message,
+                done,
+            } => {
+                if !tape.close() {
+                    let _ = done.send(Ok(false));
+                    return Ok(None);
+                }
+                t.finish_meta(
+                    tape.key(),
+                    status,
+                    message.clone(),
+                    self.settings.retention_ms,
+                )?;
+                Ok(Some(Effect::Finished(tape, status, message, done)))
+            }
+            Op::Sweep { max_chunks, done } => {
+                let report = t.sweep_expired(max_chunks)?;
+                Ok(Some(Effect::Swept(report, done)))
+            }
+            Op::Close => Ok(None),
+        }
+    }
+
+    /// Makes a committed transaction visible: readers first, then the producers' acks.
+    fn publish(&self, effect: Effect) {
+        match effect {
+            Effect::Started(tape, replaced, done) => {
+                if let Some(old) = replaced {
+                    old.publish_end(Status::Superseded, None);
+                }
+                let _ = done.send(Ok(tape));
+            }
+            Effect::Appended(tape, chunk, done) => {
+                let end = chunk.end();
+                tape.publish_chunks(vec![chunk]);
+                let _ = done.send(Ok(end));
+            }
+            Effect::Finished(tape, status, message, done) => {
+                self.unregister(&tape);
+                tape.publish_end(status, message);
+                let _ = done.send(Ok(true));
+            }
+            Effect::Swept(report, done) => {
+                let _ = done.send(Ok(report));
+            }
+        }
+    }
+
+    /// After a failed commit nothing of the batch is stored: every recording it touched is
+    /// ended as `failed`, so that no later commit can leave a gap in it.
+    fn fail(&self, effects: Vec<Effect>, err: &Error) {
+        let message = format!("storage failure: {err}");
+        let mut failed: Vec<Arc<Tape>> = Vec::new();
+        for effect in effects {
+            let tape = match effect {
+                Effect::Started(tape, replaced, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                    failed.extend(replaced);
+                    tape
+                }
+                Effect::Appended(tape, _, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                    tape
+                }
+                Effect::Finished(tape, _, _, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                    tape
+                }
+                Effect::Swept(_, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                    continue;
+                }
+            };
+            if !failed.iter().any(|t| Arc::ptr_eq(t, &tape)) {
+                failed.push(tape);
+            }
+        }
+        for tape in &failed {
+            tape.close();
+            self.unregister(tape);
+            tape.publish_end(Status::Failed, Some(message.clone()));
+        }
+        if let Err(again) = self.record_failures(&failed, &message) {
+            // Recovery on the next open marks them `interrupted` instead.
+            tracing::error!(error = %again, "could not record failed recordings");
+        }
+    }
+
+    /// Best effort: stores the `failed` status of recordings whose commit failed.
+    fn record_failures(&self, tapes: &[Arc<Tape>], message: &str) -> Result<()> {
+        if tapes.is_empty() {
+            return Ok(());
+        }
+        let txn = self.db.begin_write().map_err(Error::storage)?;
+        {
+            let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
+            let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+            let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
+            let mut t = Tables {
+                chunks: &mut chunks,
+                recordings: &mut recordings,
+                expiry: &mut expiry,
+                metas: MetaCache::default(),
+                now: self.settings.clock.now_ms(),
+            };
+            for tape in tapes {
+                let current = t.meta(tape.key())?;
+                // Only a recording that is still this tape's and still live in the file.
+                if current.is_some_and(|m| m.generation == tape.generation() && m.status.is_live())
+                {
+                    let retention = self.settings.retention_ms;
+                    t.finish_meta(tape.key(), Status::Failed, Some(message.into()), retention)?;
+                }
+            }
+            t.flush_metas()?;
+        }
+        txn.commit().map_err(Error::storage)
+    }
+
+    fn unregister(&self, tape: &Arc<Tape>) {
+        let mut live = self.live.lock().unwrap_or_else(|e| e.into_inner());
+        if live.get(&tape.key()).is_some_and(|t| Arc::ptr_eq(t, tape)) {
+            live.remove(&tape.key());
+        }
+    }
+}
+
+fn ended_error(tape: &Tape) -> Error {
+    match tape.progress().status {
+        Status::Superseded => Error::Superseded,
+        _ => Error::RecordingEnded,
+    }
+}
+
+/// Errors are not `Clone` (they wrap io errors); every waiter of a failed commit gets an
+/// equivalent one.
+fn copy_error(err: &Error) -> Error {
+    match err {
+        Error::DiskFull(m) => Error::DiskFull(m.clone()),
+        other => Error::Storage(other.to_string()),
+    }
+}
+
+/// The open tables of one write transaction.
+struct Tables<'a, 'txn> {
+    chunks: &'a mut redb::Table<'txn, (u128, u64), &'static [u8]>,
+    recordings: &'a mut redb::Table<'txn, u128, &'static [u8]>,
+    expiry: &'a mut redb::Table<'txn, (u64, u128), ()>,
+    metas: MetaCache,
+    now: u64,
+}
+
+impl Tables<'_, '_> {
+    fn meta(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
+        if let Some(row) = self.metas.rows.get(&key) {
+            return Ok(row.clone());
+        }
+        let row = match self.recordings.get(key).map_err(Error::storage)? {
+            Some(bytes) => Some(decode_meta(bytes.value())?),
+            None => None,
+        };
+        self.metas.rows.insert(key, row.clone());
+        Ok(row)
+    }
+
+    fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
+        self.metas.rows.insert(key, row);
+        self.metas.dirty.insert(key);
+    }
+
+    fn update_meta(&mut self, key: u128, change: impl FnOnce(&mut RecordingMeta)) -> Result<()> {
+        let mut meta = self
+            .meta(key)?
+            .ok_or_else(|| Error::Corrupt(format!("live recording {key:032x} has no meta row")))?;
+        change(&mut meta);
+        self.set_meta(key, Some(meta));
+        Ok(())
+    }
+
+    fn finish_meta(
+        &mut self,
+        key: u128,
+        status: Status,
+        error: Option<String>,
+        retention_ms: u64,
+    ) -> Result<()> {
+        let now = self.now;
+        let expires = now.saturating_add(retention_ms);
+        self.update_meta(key, |meta| {
+            meta.status = status;
+            meta.updated_ms = now;
+            meta.finished_ms = Some(now);
+            meta.expires_at_ms = Some(expires);
+            meta.error = error;
+        })?;
+        self.expiry
+            .insert((expires, key), ())
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    /// Deletes every chunk, the expiry entry and the meta row of a conversation's recording;
+    /// returns the meta it had.
+    fn delete_recording(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
+        let Some(old) = self.meta(key)? else {
+            return Ok(None);
+        };
+        self.chunks
+            .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)
+            .map_err(Error::storage)?;
+        if let Some(expires) = old.expires_at_ms {
+            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+        }
+        self.set_meta(key, None);
+        Ok(Some(old))
+    }
+
+    /// Deletes recordings whose expiry time has passed, oldest first, up to `max_chunks` chunks.
+    fn sweep_expired(&mut self, max_chunks: u64) -> Result<SweepReport> {
+        let mut report = SweepReport::default();
+        let due: Vec<(u64, u128)> = self
+            .expiry
+            .range(..=(self.now, u128::MAX))
+            .map_err(Error::storage)?
+            .take(1024)
+            .map(|entry| entry.map(|(k, _)| k.value()))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(Error::storage)?;
+        for (expires, key) in due {
+            let budget = max_chunks - report.chunks_deleted;
+            let deleted = self
+                .chunks
+                .extract_from_if((key, 0)..=(key, u64::MAX), |_, _| true)
+                .map_err(Error::storage)?
+                .take(budget as usize)
+                .try_fold(0u64, |n, entry| entry.map(|_| n + 1))
+                .map_err(Error::storage)?;
+            report.chunks_deleted += deleted;
+            if deleted == budget && self.has_chunks(key)? {
+                report.more = true;
+                break;
+            }
+            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+            self.set_meta(key, None);
+            report.recordings_deleted += 1;
+        }
+        Ok(report)
+    }
+
+    fn has_chunks(&self, key: u128) -> Result<bool> {
+        let mut range = self
+            .chunks
+            .range((key, 0)..=(key, u64::MAX))
+            .map_err(Error::storage)?;
+        Ok(range.next().is_some())
+    }
+
+    fn flush_metas(&mut self) -> Result<()> {
+        for key in std::mem::take(&mut self.metas.dirty) {
+            match self.metas.rows.get(&key) {
+                Some(Some(meta)) => {
+                    let bytes = encode_meta(meta)?;
+                    self.recordings
+                        .insert(key, bytes.as_slice())
+                        .map_err(Error::storage)?;
+                }
+                _ => {
+                    self.recordings.remove(key).map_err(Error::storage)?;
+                }
+            }
+        }
+        Ok(())
+    }
+}
