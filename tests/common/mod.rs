@@ -1,0 +1,277 @@
+//! Test harness: a real tapedeck server on 127.0.0.1:0 with a temp data dir, real tonic
+//! clients, and helpers to record and replay.
+#![allow(dead_code)] // each test binary uses a different part of this module
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use tapedeck::Config;
+use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
+use tapedeck::pb::response_resumer_service_client::ResponseResumerServiceClient;
+use tapedeck::pb::{RecordRequest, RecordResponse, ReplayRequest, ReplayResponse};
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::transport::Channel;
+use tonic::{Status, Streaming};
+
+/// How long any single wait in a test may take before the test fails.
+pub const WAIT: Duration = Duration::from_secs(10);
+
+pub type RecorderClient = ResponseRecorderServiceClient<Channel>;
+pub type ResumerClient = ResponseResumerServiceClient<Channel>;
+
+/// A server running in this process.
+pub struct TestServer {
+    pub addr: SocketAddr,
+    pub data_dir: PathBuf,
+    shutdown: Option<oneshot::Sender<()>>,
+    task: JoinHandle<tapedeck::Result<()>>,
+}
+
+/// A config for tests: everything default but the data dir and a short shutdown timeout.
+pub fn test_config(data_dir: &Path) -> Config {
+    Config {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: data_dir.to_path_buf(),
+        shutdown_timeout: Duration::from_secs(5),
+        ..Config::default()
+    }
+}
+
+impl TestServer {
+    /// Starts a server on `config.data_dir`, listening on a free loopback port.
+    pub async fn start(config: Config) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let store = tapedeck::server::open_store(&config).unwrap();
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let data_dir = config.data_dir.clone();
+        let task = tokio::spawn(async move {
+            tapedeck::server::run(listener, store, &config, async {
+                let _ = stop.await;
+            })
+            .await
+        });
+        TestServer {
+            addr,
+            data_dir,
+            shutdown: Some(shutdown),
+            task,
+        }
+    }
+
+    /// Starts a server with default settings on `data_dir`.
+    pub async fn start_in(data_dir: &Path) -> TestServer {
+        Self::start(test_config(data_dir)).await
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+
+    pub async fn recorder(&self) -> RecorderClient {
+        ResponseRecorderServiceClient::connect(self.url())
+            .await
+            .unwrap()
+            .max_decoding_message_size(64 * 1024 * 1024)
+            .max_encoding_message_size(64 * 1024 * 1024)
+    }
+
+    pub async fn resumer(&self) -> ResumerClient {
+        ResponseResumerServiceClient::connect(self.url()).await.unwrap()
+    }
+
+    /// Shuts the server down gracefully and waits until its database is closed.
+    pub async fn stop(mut self) {
+        if let Some(shutdown) = self.shutdown.take() {
+            let _ = shutdown.send(());
+        }
+        tokio::time::timeout(Duration::from_secs(30), &mut self.task)
+            .await
+            .expect("server did not stop in time")
+            .unwrap()
+            .unwrap();
+    }
+}
+
+/// A producer on the current API: messages go in through a channel, the answer comes back
+/// when the call ends.
+pub struct Recording {
+    pub tx: mpsc::Sender<RecordRequest>,
+    pub answer: JoinHandle<Result<RecordResponse, Status>>,
+}
+
+impl Recording {
+    /// Opens a Record call whose first message carries only the id.
+    pub async fn open(client: &RecorderClient, id: &[u8]) -> Recording {
+        let (tx, rx) = mpsc::channel(1024);
+        tx.send(RecordRequest {
+            conversation_id: id.to_vec(),
+            ..Default::default()
+        })
+        .await
+        .unwrap();
+        let mut client = client.clone();
+        let answer = tokio::spawn(async move {
+            client
+                .record(ReceiverStream::new(rx))
+                .await
+                .map(|r| r.into_inner())
+        });
+        Recording { tx, answer }
+    }
+
+    pub async fn send(&self, content: &str) {
+        self.tx
+            .send(RecordRequest {
+                content: content.to_string(),
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+    }
+
+    /// Sends `complete=true` and waits for the answer.
+    pub async fn complete(self) -> Result<RecordResponse, Status> {
+        let _ = self
+            .tx
+            .send(RecordRequest {
+                complete: true,
+                ..Default::default()
+            })
+            .await;
+        self.answer().await
+    }
+
+    /// Waits for the call's answer without sending anything more.
+    pub async fn answer(self) -> Result<RecordResponse, Status> {
+        tokio::time::timeout(WAIT, self.answer)
+            .await
+            .expect("Record did not answer in time")
+            .unwrap()
+    }
+}
+
+/// Records `tokens` as one complete recording of `id` and checks it succeeded.
+pub async fn record_all(client: &RecorderClient, id: &[u8], tokens: &[&str]) {
+    let recording = Recording::open(client, id).await;
+    for token in tokens {
+        recording.send(token).await;
+    }
+    let answer = recording.complete().await.unwrap();
+    assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32, "{answer:?}");
+}
+
+/// Opens a replay from `offset`.
+pub async fn replay_from(
+    client: &RecorderClient,
+    id: &[u8],
+    offset: i64,
+) -> Result<Streaming<ReplayResponse>, Status> {
+    client
+        .clone()
+        .replay(ReplayRequest {
+            conversation_id: id.to_vec(),
+            resume_offset: offset,
+        })
+        .await
+        .map(|r| r.into_inner())
+}
+
+/// What a replay returned by the time it closed.
+#[derive(Debug)]
+pub struct Replayed {
+    pub text: String,
+    pub offsets: Vec<i64>,
+    /// The `tapedeck-status` trailer.
+    pub status: Option<String>,
+    pub end_offset: Option<u64>,
+}
+
+/// Reads a replay stream to its end (failing the test if it takes longer than [`WAIT`]).
+pub async fn read_all(mut stream: Streaming<ReplayResponse>) -> Result<Replayed, Status> {
+    let mut replayed = Replayed {
+        text: String::new(),
+        offsets: Vec::new(),
+        status: None,
+        end_offset: None,
+    };
+    tokio::time::timeout(WAIT, async {
+        while let Some(message) = stream.message().await? {
+            replayed.text.push_str(&message.content);
+            replayed.offsets.push(message.offset);
+        }
+        if let Some(trailers) = stream.trailers().await? {
+            replayed.status = trailers
+                .get("tapedeck-status")
+                .and_then(|v| v.to_str().ok())
+                .map(String::from);
+            replayed.end_offset = trailers
+                .get("tapedeck-offset")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.parse().ok());
+        }
+        Ok::<_, Status>(())
+    })
+    .await
+    .expect("replay did not end in time")?;
+    Ok(replayed)
+}
+
+/// Replays `id` from the start to its end.
+pub async fn replay_text(client: &RecorderClient, id: &[u8]) -> Result<Replayed, Status> {
+    read_all(replay_from(client, id, 0).await?).await
+}
+
+/// A loopback TCP proxy in front of a server whose connections can be cut at once, the way a
+/// client process that dies or a network that drops would cut them.
+pub struct CuttableProxy {
+    pub addr: SocketAddr,
+    cut: tokio_util::sync::CancellationToken,
+}
+
+impl CuttableProxy {
+    pub async fn start(target: SocketAddr) -> CuttableProxy {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let cut = tokio_util::sync::CancellationToken::new();
+        let stop = cut.clone();
+        tokio::spawn(async move {
+            loop {
+                let (mut inbound, _) = tokio::select! {
+                    accepted = listener.accept() => accepted.unwrap(),
+                    () = stop.cancelled() => return,
+                };
+                let stop = stop.clone();
+                tokio::spawn(async move {
+                    let mut outbound = tokio::net::TcpStream::connect(target).await.unwrap();
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut inbound, &mut outbound) => {}
+                        // Dropping both sockets closes them mid-stream.
+                        () = stop.cancelled() => {}
+                    }
+                });
+            }
+        });
+        CuttableProxy { addr, cut }
+    }
+
+    pub async fn recorder(&self) -> RecorderClient {
+        ResponseRecorderServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    pub async fn resumer(&self) -> ResumerClient {
+        ResponseResumerServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    /// Closes every proxied connection.
+    pub fn cut(&self) {
+        self.cut.cancel();
+    }
+}

@@ -1,0 +1,468 @@
+//! The current API, `memory.v1.ResponseRecorderService`, against a real server: every row of
+//! DESIGN.md's behaviour table for Record, Replay, Cancel, CheckRecordings and IsEnabled.
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tapedeck::pb::{CancelRecordRequest, CheckRecordingsRequest, RecordRequest, RecordStatus};
+use tonic::Code;
+
+const ID: &[u8] = b"conversation-1";
+const UUID_TEXT: &str = "6f1c2b0e-3d4a-4b5c-8d9e-0a1b2c3d4e5f";
+
+async fn cancel(client: &RecorderClient, id: &[u8]) -> Result<bool, tonic::Status> {
+    client
+        .clone()
+        .cancel(CancelRecordRequest {
+            conversation_id: id.to_vec(),
+        })
+        .await
+        .map(|r| r.into_inner().accepted)
+}
+
+async fn check(client: &RecorderClient, ids: &[&[u8]]) -> Result<Vec<Vec<u8>>, tonic::Status> {
+    client
+        .clone()
+        .check_recordings(CheckRecordingsRequest {
+            conversation_ids: ids.iter().map(|id| id.to_vec()).collect(),
+        })
+        .await
+        .map(|r| r.into_inner().conversation_ids)
+}
+
+/// Waits until a live replay has received `expected` (proof that those tokens are committed).
+async fn read_until(stream: &mut tonic::Streaming<tapedeck::pb::ReplayResponse>, expected: &str) -> String {
+    let mut text = String::new();
+    tokio::time::timeout(WAIT, async {
+        while text.len() < expected.len() {
+            let message = stream.message().await.unwrap().expect("replay ended early");
+            text.push_str(&message.content);
+        }
+    })
+    .await
+    .expect("live tokens did not arrive in time");
+    assert_eq!(text, expected);
+    text
+}
+
+#[tokio::test]
+async fn record_then_replay_returns_exactly_the_text() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    record_all(&client, ID, &["Hello", ", ", "wörld", " 🎉"]).await;
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "Hello, wörld 🎉");
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
+    assert_eq!(replayed.end_offset, Some("Hello, wörld 🎉".len() as u64));
+    assert_eq!(replayed.offsets.last().copied(), Some("Hello, wörld 🎉".len() as i64));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn first_message_may_carry_content_and_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let messages = vec![RecordRequest {
+        conversation_id: ID.to_vec(),
+        content: "all at once".into(),
+        complete: true,
+    }];
+    let answer = client.clone().record(tokio_stream::iter(messages)).await.unwrap();
+    assert_eq!(answer.into_inner().status, RecordStatus::Success as i32);
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, "all at once");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn half_close_completes_the_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("no complete flag").await;
+    let Recording { tx, answer } = recording;
+    drop(tx);
+    let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap().unwrap();
+    assert_eq!(answer.status, RecordStatus::Success as i32);
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "no complete flag");
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn binary_and_text_uuid_address_the_same_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let uuid = uuid::Uuid::parse_str(UUID_TEXT).unwrap();
+    record_all(&client, uuid.as_bytes(), &["same ", "recording"]).await;
+    for form in [
+        UUID_TEXT.to_string(),
+        UUID_TEXT.to_uppercase(),
+        uuid.simple().to_string(),
+    ] {
+        let replayed = replay_text(&client, form.as_bytes()).await.unwrap();
+        assert_eq!(replayed.text, "same recording", "form {form}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn record_without_an_id_is_invalid_argument() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let messages = vec![RecordRequest {
+        content: "orphan".into(),
+        ..Default::default()
+    }];
+    let err = client.clone().record(tokio_stream::iter(messages)).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("conversation_id"), "{}", err.message());
+    let err = client
+        .clone()
+        .record(tokio_stream::iter(Vec::<RecordRequest>::new()))
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn malformed_ids_are_invalid_argument_on_every_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let long = vec![b'x'; 300];
+    let non_utf8: &[u8] = &[0xff, 0xfe, 0xfd];
+    for bad in [non_utf8, long.as_slice()] {
+        let messages = vec![RecordRequest {
+            conversation_id: bad.to_vec(),
+            content: "x".into(),
+            complete: true,
+        }];
+        let err = client.clone().record(tokio_stream::iter(messages)).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "record {bad:?}");
+        let err = replay_from(&client, bad, 0).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "replay {bad:?}");
+        let err = cancel(&client, bad).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "cancel {bad:?}");
+        let err = check(&client, &[ID, bad]).await.unwrap_err();
+        assert_eq!(err.code(), Code::InvalidArgument, "check {bad:?}");
+    }
+    for call in ["replay", "cancel"] {
+        let err = match call {
+            "replay" => replay_from(&client, b"", 0).await.unwrap_err(),
+            _ => cancel(&client, b"").await.unwrap_err(),
+        };
+        assert_eq!(err.code(), Code::InvalidArgument, "{call} with empty id");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_changed_id_mid_stream_is_invalid_argument_and_keeps_what_was_recorded() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("kept").await;
+    recording
+        .tx
+        .send(RecordRequest {
+            conversation_id: b"another-conversation".to_vec(),
+            content: "dropped".into(),
+            complete: false,
+        })
+        .await
+        .unwrap();
+    let err = recording.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "kept");
+    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn replay_of_an_unknown_conversation_is_not_found() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let err = replay_from(&client, b"never-recorded", 0).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn replay_started_while_recording_follows_live_to_the_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("before ").await;
+    // The start is committed once the replay can be opened; "before " may or may not be yet.
+    let mut stream = loop {
+        match replay_from(&client, ID, 0).await {
+            Ok(stream) => break stream,
+            Err(err) if err.code() == Code::NotFound => tokio::task::yield_now().await,
+            Err(err) => panic!("{err}"),
+        }
+    };
+    let mut text = read_until(&mut stream, "before ").await;
+    for token in ["live ", "tökens ", "arrive"] {
+        recording.send(token).await;
+        text.push_str(&read_until(&mut stream, token).await);
+    }
+    let answer = recording.complete().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Success as i32);
+    let rest = read_all(stream).await.unwrap();
+    assert_eq!(format!("{text}{}", rest.text), "before live tökens arrive");
+    assert_eq!(rest.status.as_deref(), Some("completed"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_ends_producer_with_cancelled_and_replay_promptly() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("partial").await;
+    let mut stream = replay_when_started(&client, ID).await;
+    read_until(&mut stream, "partial").await;
+
+    assert!(cancel(&client, ID).await.unwrap());
+    let answer = recording.answer().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Cancelled as i32);
+    let rest = read_all(stream).await.unwrap();
+    assert_eq!(rest.text, "");
+    assert_eq!(rest.status.as_deref(), Some("cancelled"));
+    assert!(cancel(&client, ID).await.unwrap(), "a second cancel is still accepted");
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, "partial");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn cancel_of_nothing_live_is_not_accepted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    assert!(!cancel(&client, b"unknown").await.unwrap());
+    record_all(&client, ID, &["done"]).await;
+    assert!(!cancel(&client, ID).await.unwrap(), "a completed recording cannot be cancelled");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn check_recordings_returns_live_ids_in_request_order_and_encoding() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let uuid = uuid::Uuid::parse_str(UUID_TEXT).unwrap();
+    let live_a = Recording::open(&client, b"live-a").await;
+    let live_uuid = Recording::open(&client, uuid.as_bytes()).await;
+    record_all(&client, b"finished", &["x"]).await;
+    // Both starts are committed once both replays open.
+    replay_when_started(&client, b"live-a").await;
+    replay_when_started(&client, UUID_TEXT.as_bytes()).await;
+
+    let upper = UUID_TEXT.to_uppercase();
+    let live = check(
+        &client,
+        &[upper.as_bytes(), b"finished", b"unknown", b"live-a", uuid.as_bytes(), b"live-a"],
+    )
+    .await
+    .unwrap();
+    assert_eq!(live, vec![upper.as_bytes().to_vec(), b"live-a".to_vec()]);
+
+    let too_many: Vec<Vec<u8>> = (0..1001).map(|i| format!("id-{i}").into_bytes()).collect();
+    let refs: Vec<&[u8]> = too_many.iter().map(Vec::as_slice).collect();
+    let err = check(&client, &refs).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    live_a.complete().await.unwrap();
+    live_uuid.complete().await.unwrap();
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_second_producer_supersedes_the_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let first = Recording::open(&client, ID).await;
+    first.send("old text").await;
+    let mut old_replay = replay_when_started(&client, ID).await;
+    read_until(&mut old_replay, "old text").await;
+
+    let second = Recording::open(&client, ID).await;
+    let answer = first.answer().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Error as i32);
+    assert!(answer.error_message.contains("superseded"), "{}", answer.error_message);
+    let old_rest = read_all(old_replay).await.unwrap();
+    assert_eq!(old_rest.status.as_deref(), Some("superseded"));
+
+    second.send("new text").await;
+    assert_eq!(second.complete().await.unwrap().status, RecordStatus::Success as i32);
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, "new text");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_producer_that_vanishes_leaves_an_interrupted_replayable_recording() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let proxy = CuttableProxy::start(server.addr).await;
+    let recording = Recording::open(&proxy.recorder().await, ID).await;
+    recording.send("committed ").await;
+    recording.send("tokens").await;
+    let mut stream = replay_when_started(&client, ID).await;
+    read_until(&mut stream, "committed tokens").await;
+    proxy.cut();
+    let rest = read_all(stream).await.unwrap();
+    assert_eq!(rest.status.as_deref(), Some("interrupted"));
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, "committed tokens");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn chunks_over_the_limit_are_resource_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    // Exactly 1 MiB is accepted.
+    let mebibyte = "é".repeat(512 * 1024);
+    record_all(&client, ID, &[&mebibyte]).await;
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, mebibyte);
+
+    let recording = Recording::open(&client, b"too-big").await;
+    recording.send("fine").await;
+    recording.send(&"x".repeat(1024 * 1024 + 1)).await;
+    let err = recording.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains("max-chunk-bytes"), "{}", err.message());
+    assert_eq!(replay_text(&client, b"too-big").await.unwrap().text, "fine");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn recordings_over_the_limit_are_resource_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.max_recording_bytes = 10;
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("12345").await;
+    recording.send("67890").await;
+    recording.send("1").await;
+    let err = recording.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    assert!(err.message().contains("max-recording-bytes"), "{}", err.message());
+    assert_eq!(replay_text(&client, ID).await.unwrap().text, "1234567890");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn too_many_live_recordings_is_resource_exhausted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.max_live_recordings = 1;
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let first = Recording::open(&client, b"first").await;
+    replay_when_started(&client, b"first").await;
+    let second = Recording::open(&client, b"second").await;
+    let err = second.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted);
+    // Superseding the live one is not a new live recording.
+    let again = Recording::open(&client, b"first").await;
+    assert_eq!(first.answer().await.unwrap().status, RecordStatus::Error as i32);
+    assert_eq!(again.complete().await.unwrap().status, RecordStatus::Success as i32);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn is_enabled_is_true() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    assert!(client.clone().is_enabled(()).await.unwrap().into_inner().enabled);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_producer_is_interrupted_by_the_sweeper() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.idle_timeout = Duration::from_millis(200);
+    config.gc_interval = Duration::from_millis(50);
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("then silence").await;
+    let answer = recording.answer().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Error as i32);
+    assert!(answer.error_message.contains("idle"), "{}", answer.error_message);
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "then silence");
+    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn shutdown_answers_live_producers_and_ends_replays() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("cut short").await;
+    let mut stream = replay_when_started(&client, ID).await;
+    read_until(&mut stream, "cut short").await;
+    let stopping = tokio::spawn(server.stop());
+    let answer = recording.answer().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Error as i32);
+    assert!(answer.error_message.contains("shutting down"), "{}", answer.error_message);
+    let rest = read_all(stream).await.unwrap();
+    assert_eq!(rest.status.as_deref(), Some("interrupted"));
+    stopping.await.unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "cut short");
+    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_recording_survives_a_clean_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    record_all(&server.recorder().await, ID, &["dura", "ble"]).await;
+    server.stop().await;
+    let server = TestServer::start_in(dir.path()).await;
+    let replayed = replay_text(&server.recorder().await, ID).await.unwrap();
+    assert_eq!(replayed.text, "durable");
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
+    server.stop().await;
+}
+
+/// Opens a replay once the recording's start is committed (Record answers only at its end).
+async fn replay_when_started(client: &RecorderClient, id: &[u8]) -> tonic::Streaming<tapedeck::pb::ReplayResponse> {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match replay_from(client, id, 0).await {
+                Ok(stream) => return stream,
+                Err(err) if err.code() == Code::NotFound => tokio::task::yield_now().await,
+                Err(err) => panic!("{err}"),
+            }
+        }
+    })
+    .await
+    .expect("recording did not start in time")
+}
