@@ -1,0 +1,380 @@
+//! `tapedeck-bench`: an end-to-end load generator that runs the same workload against tapedeck
+//! and the stores users would pick instead (Redis Streams, SQLite, a bare fsync'd log), in one
+//! run, and prints one table per scenario with tapedeck/peer ratios (`--json` for machines).
+//!
+//! Scenarios: (a) live, open loop: producers at a fixed token rate with live subscribers;
+//! (b) closed loop: producers as fast as acks allow; (c) catch-up replay of completed
+//! recordings; `custom` takes every workload flag.
+mod driver;
+mod procfs;
+mod report;
+mod targets;
+mod workload;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result, bail};
+use clap::{Parser, ValueEnum};
+
+use report::Outcome;
+use targets::{Api, Appendfsync, Commit, Environment, FsyncLog, RedisStreams, Sqlite, Tapedeck};
+use targets::{Target, TargetKind};
+use workload::{LiveWorkload, MIN_TOKEN_BYTES, ReplayWorkload, Scenario};
+
+#[derive(Parser)]
+#[command(
+    name = "tapedeck-bench",
+    about = "Same workload against tapedeck, Redis Streams, SQLite and an fsync'd log; prints ratios"
+)]
+struct Cli {
+    /// Scenarios to run, in order: a (200 producers × 50 tok/s, 1 subscriber, 30 s),
+    /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings), custom.
+    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c"])]
+    scenarios: Vec<ScenarioKind>,
+    /// Targets to run each scenario against. Default: a = all but tapedeck-ack, b = all,
+    /// c = tapedeck, redis-everysec, sqlite-group, fsync-log, custom = all.
+    #[arg(long, value_delimiter = ',')]
+    targets: Option<Vec<TargetKind>>,
+
+    /// Concurrent producers (overrides the scenario's).
+    #[arg(long)]
+    producers: Option<usize>,
+    /// Tokens per second per producer; 0 = closed loop (overrides the scenario's).
+    #[arg(long)]
+    rate: Option<f64>,
+    /// Bytes per token, at least 24 (default 32).
+    #[arg(long)]
+    token_bytes: Option<usize>,
+    /// Tokens per recording (default 500 live, 2,000 replay).
+    #[arg(long)]
+    tokens_per_recording: Option<usize>,
+    /// Live subscribers per recording (overrides the scenario's).
+    #[arg(long)]
+    subscribers: Option<usize>,
+    /// How long producers run, in seconds (default 30).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Client connections shared by producers (default 32).
+    #[arg(long)]
+    connections: Option<usize>,
+    /// Completed recordings loaded and replayed in scenario c (default 1,000).
+    #[arg(long)]
+    recordings: Option<usize>,
+    /// Recordings replayed at once in scenario c (default 16).
+    #[arg(long)]
+    replay_concurrency: Option<usize>,
+
+    /// Use the tapedeck server at this address instead of spawning one.
+    #[arg(long)]
+    addr: Option<SocketAddr>,
+    /// Pid of the server at --addr, for its disk writes and memory.
+    #[arg(long, requires = "addr")]
+    server_pid: Option<u32>,
+    /// The tapedeck binary to spawn (default: `tapedeck` next to this binary).
+    #[arg(long)]
+    tapedeck_bin: Option<PathBuf>,
+    /// The redis-server program.
+    #[arg(long, default_value = "redis-server")]
+    redis_server: PathBuf,
+    /// Where temporary data directories go.
+    #[arg(long, default_value_os_t = std::env::temp_dir())]
+    work_dir: PathBuf,
+    /// Print the results as JSON on stdout (the tables then go to stderr).
+    #[arg(long)]
+    json: bool,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+enum ScenarioKind {
+    A,
+    B,
+    C,
+    Custom,
+}
+
+impl Cli {
+    fn live(&self, base: LiveWorkload) -> LiveWorkload {
+        LiveWorkload {
+            producers: self.producers.unwrap_or(base.producers),
+            rate: match self.rate {
+                Some(rate) if rate > 0.0 => Some(rate),
+                Some(_) => None,
+                None => base.rate,
+            },
+            token_bytes: self.token_bytes.unwrap_or(base.token_bytes),
+            tokens_per_recording: self
+                .tokens_per_recording
+                .unwrap_or(base.tokens_per_recording),
+            subscribers: self.subscribers.unwrap_or(base.subscribers),
+            duration: self.duration.map_or(base.duration, Duration::from_secs_f64),
+            connections: self.connections.unwrap_or(base.connections),
+        }
+    }
+
+    fn replay(&self) -> ReplayWorkload {
+        let base = workload::standard_replay();
+        ReplayWorkload {
+            recordings: self.recordings.unwrap_or(base.recordings),
+            tokens_per_recording: self
+                .tokens_per_recording
+                .unwrap_or(base.tokens_per_recording),
+            token_bytes: self.token_bytes.unwrap_or(base.token_bytes),
+            load_concurrency: self.producers.unwrap_or(base.load_concurrency),
+            replay_concurrency: self.replay_concurrency.unwrap_or(base.replay_concurrency),
+            connections: self.connections.unwrap_or(base.connections),
+        }
+    }
+
+    fn scenarios(&self) -> Vec<(Scenario, Vec<TargetKind>)> {
+        use TargetKind::*;
+        let all = vec![
+            Tapedeck,
+            TapedeckAck,
+            RedisAlways,
+            RedisEverysec,
+            SqliteFull,
+            SqliteGroup,
+            FsyncLog,
+        ];
+        self.scenarios
+            .iter()
+            .map(|kind| {
+                let (scenario, defaults) = match kind {
+                    ScenarioKind::A => (
+                        Scenario::Live {
+                            name: "a-live".into(),
+                            workload: self.live(workload::standard_live()),
+                        },
+                        all.iter().copied().filter(|t| *t != TapedeckAck).collect(),
+                    ),
+                    ScenarioKind::B => (
+                        Scenario::Live {
+                            name: "b-closed-loop".into(),
+                            workload: self.live(workload::standard_closed()),
+                        },
+                        all.clone(),
+                    ),
+                    ScenarioKind::C => (
+                        Scenario::Replay {
+                            name: "c-replay".into(),
+                            workload: self.replay(),
+                        },
+                        vec![Tapedeck, RedisEverysec, SqliteGroup, FsyncLog],
+                    ),
+                    ScenarioKind::Custom => (
+                        Scenario::Live {
+                            name: "custom".into(),
+                            workload: self.live(workload::standard_live()),
+                        },
+                        all.clone(),
+                    ),
+                };
+                (scenario, self.targets.clone().unwrap_or(defaults))
+            })
+            .collect()
+    }
+
+    fn environment(&self) -> Result<Environment> {
+        let tapedeck_bin = match &self.tapedeck_bin {
+            Some(path) => path.clone(),
+            None => std::env::current_exe()
+                .context("locating this binary")?
+                .with_file_name("tapedeck"),
+        };
+        Ok(Environment {
+            tapedeck_bin,
+            tapedeck_addr: self.addr,
+            tapedeck_pid: self.server_pid,
+            redis_server: self.redis_server.clone(),
+            work_dir: self.work_dir.clone(),
+        })
+    }
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    if let Some(bytes) = cli.token_bytes
+        && bytes < MIN_TOKEN_BYTES
+    {
+        bail!("--token-bytes must be at least {MIN_TOKEN_BYTES}");
+    }
+    let env = cli.environment()?;
+    let plan = cli.scenarios();
+    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+    let started = chrono_now();
+    let clock = Instant::now();
+    let outcomes = runtime.block_on(async {
+        let mut outcomes = Vec::new();
+        for (scenario, kinds) in &plan {
+            eprintln!("== {}: {}", scenario.name(), describe(scenario));
+            for &kind in kinds {
+                match run_one(&env, scenario, kind).await {
+                    Ok(outcome) => {
+                        eprintln!("   {}", summary_line(&outcome));
+                        outcomes.push(outcome);
+                    }
+                    Err(err) => eprintln!("   {}: failed to run: {err:#}", kind.name()),
+                }
+            }
+        }
+        outcomes
+    });
+    runtime.shutdown_timeout(Duration::from_secs(5));
+
+    let tables = report::tables(&outcomes);
+    let footer = format!(
+        "\nrun started {started}, took {:.0} s\n",
+        clock.elapsed().as_secs_f64()
+    );
+    if cli.json {
+        eprintln!("{tables}{footer}");
+        let document = serde_json::json!({
+            "started": started,
+            "seconds": clock.elapsed().as_secs_f64(),
+            "scenarios": plan.iter().map(|(s, _)| describe_json(s)).collect::<Vec<_>>(),
+            "outcomes": outcomes,
+        });
+        println!("{}", serde_json::to_string_pretty(&document)?);
+    } else {
+        println!("{tables}{footer}");
+    }
+    Ok(())
+}
+
+/// Starts a fresh `kind` and runs `scenario` on it; the target is torn down afterwards.
+async fn run_one(env: &Environment, scenario: &Scenario, kind: TargetKind) -> Result<Outcome> {
+    let connections = match scenario {
+        Scenario::Live { workload, .. } => workload.connections,
+        Scenario::Replay { workload, .. } => workload.connections,
+    };
+    match kind {
+        TargetKind::Tapedeck => {
+            let target = Tapedeck::start(env, Api::Record, connections).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::TapedeckAck => {
+            let target = Tapedeck::start(env, Api::PerTokenAck, connections).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::RedisAlways => {
+            let target = RedisStreams::start(env, Appendfsync::Always, connections).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::RedisEverysec => {
+            let target = RedisStreams::start(env, Appendfsync::Everysec, connections).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::SqliteFull => {
+            let target = Arc::new(Sqlite::start(env, Commit::PerToken)?);
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::SqliteGroup => {
+            let target = Arc::new(Sqlite::start(env, Commit::Group)?);
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::FsyncLog => {
+            let target = Arc::new(FsyncLog::start(env)?);
+            Ok(drive(target, scenario, kind).await)
+        }
+    }
+}
+
+async fn drive<T: Target>(target: T, scenario: &Scenario, kind: TargetKind) -> Outcome {
+    let target = Arc::new(target);
+    match scenario {
+        Scenario::Live { name, workload } => {
+            driver::run_live(target, workload, name, kind.name()).await
+        }
+        Scenario::Replay { name, workload } => {
+            driver::run_replay(target, workload, name, kind.name()).await
+        }
+    }
+}
+
+fn describe(scenario: &Scenario) -> String {
+    match scenario {
+        Scenario::Live { workload: w, .. } => format!(
+            "{} producers × {}, {} B tokens, {} tokens/recording, {} subscriber(s)/recording, {:.0} s, {} connections",
+            w.producers,
+            w.rate
+                .map_or("closed loop".to_string(), |r| format!("{r} tok/s")),
+            w.token_bytes,
+            w.tokens_per_recording,
+            w.subscribers,
+            w.duration.as_secs_f64(),
+            w.connections
+        ),
+        Scenario::Replay { workload: w, .. } => format!(
+            "{} completed recordings × {} tokens × {} B, loaded by {} producers, replayed {} at a time",
+            w.recordings,
+            w.tokens_per_recording,
+            w.token_bytes,
+            w.load_concurrency,
+            w.replay_concurrency
+        ),
+    }
+}
+
+fn describe_json(scenario: &Scenario) -> serde_json::Value {
+    match scenario {
+        Scenario::Live { name, workload } => {
+            serde_json::json!({ "name": name, "kind": "live", "workload": workload })
+        }
+        Scenario::Replay { name, workload } => {
+            serde_json::json!({ "name": name, "kind": "replay", "workload": workload })
+        }
+    }
+}
+
+fn summary_line(o: &Outcome) -> String {
+    let mut line = format!(
+        "{:<15} acked {:>9} in {:>5.1} s = {:>8.0} tok/s",
+        o.target, o.acked_tokens, o.elapsed_s, o.acked_tokens_per_s
+    );
+    if let Some(l) = &o.latency {
+        line.push_str(&format!(
+            "  p50 {:.2} p99 {:.2} p99.9 {:.2} ms",
+            l.p50_ms, l.p99_ms, l.p999_ms
+        ));
+    }
+    if let Some(mbps) = o.replay_mb_per_s {
+        line.push_str(&format!("  replay {mbps:.1} MB/s"));
+    }
+    if let Some(b) = o.disk_bytes_per_token {
+        line.push_str(&format!("  disk {b:.0} B/tok"));
+    }
+    if let Some(rss) = o.server_peak_rss_mib {
+        line.push_str(&format!("  rss {rss:.0} MiB"));
+    }
+    if o.errors > 0 {
+        line.push_str(&format!("  errors {}", o.errors));
+    }
+    line
+}
+
+/// The current UTC time as `YYYY-MM-DD HH:MM:SS UTC`.
+fn chrono_now() -> String {
+    let secs = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let (days, rest) = (secs / 86_400, secs % 86_400);
+    // Civil-from-days (Howard Hinnant's algorithm).
+    let z = days as i64 + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
+        rest / 3600,
+        rest % 3600 / 60,
+        rest % 60
+    )
+}

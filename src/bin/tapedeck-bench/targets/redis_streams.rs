@@ -1,0 +1,251 @@
+//! Redis Streams, the usual alternative: one stream per recording, `XADD` per token (the reply
+//! is the ack), an `end` entry as the completion marker, live readers on `XREAD BLOCK` from
+//! their last id, catch-up with `XRANGE`. The bench starts its own `redis-server` on a free
+//! loopback port with a temp dir, AOF on, and the fsync policy under test.
+use std::process::{Command, Stdio};
+
+use anyhow::{Context, Result, bail};
+use redis::aio::MultiplexedConnection;
+use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
+use redis::{AsyncConnectionConfig, Client, Value};
+
+use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
+
+/// Entries read per `XREAD` / `XRANGE`.
+const READ_COUNT: usize = 1000;
+
+/// When Redis fsyncs its append-only file.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Appendfsync {
+    /// Before replying to the commands of each event-loop turn: durable acks.
+    Always,
+    /// Once a second in the background: an ack may be lost in a crash.
+    Everysec,
+}
+
+/// A private `redis-server` and a pool of multiplexed connections to it.
+pub struct RedisStreams {
+    client: Client,
+    connections: Vec<MultiplexedConnection>,
+    fsync: Appendfsync,
+    pid: u32,
+    _server: ChildGuard,
+    _dir: tempfile::TempDir,
+}
+
+/// No per-request timeout: `XREAD BLOCK 0` waits as long as the recording is live, and under
+/// heavy load an fsync'd reply may take long; the bench bounds every phase itself.
+fn connection_config() -> AsyncConnectionConfig {
+    AsyncConnectionConfig::new().set_response_timeout(None)
+}
+
+impl RedisStreams {
+    /// Starts `redis-server` with AOF and `fsync`, then opens `connections` connections.
+    pub async fn start(
+        env: &Environment,
+        fsync: Appendfsync,
+        connections: usize,
+    ) -> Result<RedisStreams> {
+        let dir = temp_dir(&env.work_dir, "redis-")?;
+        let port = free_port()?;
+        let policy = match fsync {
+            Appendfsync::Always => "always",
+            Appendfsync::Everysec => "everysec",
+        };
+        let child = Command::new(&env.redis_server)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["--appendonly", "yes", "--appendfsync", policy])
+            // AOF is the durability under test; RDB snapshots would add forks and writes.
+            .args(["--save", ""])
+            .args(["--daemonize", "no", "--protected-mode", "yes"])
+            .args(["--maxclients", "10000"])
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .with_context(|| {
+                format!(
+                    "spawning {} (install it with `apt-get install -y redis-server`)",
+                    env.redis_server.display()
+                )
+            })?;
+        let mut child = ChildGuard::new(child);
+        let client = Client::open(format!("redis://127.0.0.1:{port}/"))?;
+        wait_ready(&mut child, "redis-server", || async {
+            let mut conn = client.get_multiplexed_async_connection().await?;
+            let _: String = redis::cmd("PING").query_async(&mut conn).await?;
+            Ok(())
+        })
+        .await?;
+        let mut pool = Vec::with_capacity(connections.max(1));
+        for _ in 0..connections.max(1) {
+            pool.push(
+                client
+                    .get_multiplexed_async_connection_with_config(&connection_config())
+                    .await?,
+            );
+        }
+        Ok(RedisStreams {
+            client,
+            connections: pool,
+            fsync,
+            pid: child.pid(),
+            _server: child,
+            _dir: dir,
+        })
+    }
+
+    fn connection(&self, lane: usize) -> MultiplexedConnection {
+        self.connections[lane % self.connections.len()].clone()
+    }
+}
+
+fn stream_key(name: &str) -> String {
+    format!("rec:{name}")
+}
+
+impl Target for RedisStreams {
+    type Producer = RedisProducer;
+    type Subscriber = RedisSubscriber;
+
+    async fn record(&self, lane: usize, name: &str) -> Result<RedisProducer> {
+        Ok(RedisProducer {
+            conn: self.connection(lane),
+            key: stream_key(name),
+        })
+    }
+
+    async fn subscribe(&self, _lane: usize, name: &str) -> Result<RedisSubscriber> {
+        // A blocked XREAD holds its connection, so every live reader has its own.
+        let conn = self
+            .client
+            .get_multiplexed_async_connection_with_config(&connection_config())
+            .await?;
+        Ok(RedisSubscriber {
+            conn,
+            key: stream_key(name),
+            last_id: "0-0".into(),
+            ended: false,
+        })
+    }
+
+    async fn replay(&self, lane: usize, name: &str) -> Result<u64> {
+        let mut conn = self.connection(lane);
+        let key = stream_key(name);
+        let mut start = "-".to_string();
+        let mut bytes = 0;
+        loop {
+            let reply: StreamRangeReply = redis::cmd("XRANGE")
+                .arg(&key)
+                .arg(&start)
+                .arg("+")
+                .arg("COUNT")
+                .arg(READ_COUNT)
+                .query_async(&mut conn)
+                .await?;
+            let mut data = Vec::new();
+            let ended = collect(&reply.ids, &mut data)?;
+            bytes += data.len() as u64;
+            match reply.ids.last() {
+                Some(last) if !ended && reply.ids.len() == READ_COUNT => {
+                    start = format!("({}", last.id);
+                }
+                _ => return Ok(bytes),
+            }
+        }
+    }
+
+    fn data_pid(&self) -> Option<u32> {
+        Some(self.pid)
+    }
+
+    fn durable(&self) -> bool {
+        self.fsync == Appendfsync::Always
+    }
+}
+
+/// Appends each entry's token to `out`; true once the completion marker was seen.
+fn collect(ids: &[StreamId], out: &mut Vec<u8>) -> Result<bool> {
+    for entry in ids {
+        if let Some(value) = entry.map.get("t") {
+            match value {
+                Value::BulkString(token) => out.extend_from_slice(token),
+                other => bail!("unexpected token value {other:?}"),
+            }
+        } else if entry.map.contains_key("end") {
+            return Ok(true);
+        }
+    }
+    Ok(false)
+}
+
+/// `XADD`s to one stream.
+pub struct RedisProducer {
+    conn: MultiplexedConnection,
+    key: String,
+}
+
+impl super::Producer for RedisProducer {
+    async fn send(&mut self, token: String) -> Result<u64> {
+        let _: String = redis::cmd("XADD")
+            .arg(&self.key)
+            .arg("*")
+            .arg("t")
+            .arg(token.as_bytes())
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(1)
+    }
+
+    async fn finish(mut self) -> Result<u64> {
+        let _: String = redis::cmd("XADD")
+            .arg(&self.key)
+            .arg("*")
+            .arg("end")
+            .arg(1)
+            .query_async(&mut self.conn)
+            .await?;
+        Ok(0)
+    }
+}
+
+/// Follows one stream with `XREAD BLOCK` on its own connection.
+pub struct RedisSubscriber {
+    conn: MultiplexedConnection,
+    key: String,
+    last_id: String,
+    ended: bool,
+}
+
+impl super::Subscriber for RedisSubscriber {
+    async fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        while !self.ended {
+            let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+                .arg("COUNT")
+                .arg(READ_COUNT)
+                .arg("BLOCK")
+                .arg(0)
+                .arg("STREAMS")
+                .arg(&self.key)
+                .arg(&self.last_id)
+                .query_async(&mut self.conn)
+                .await?;
+            let Some(reply) = reply else { continue };
+            let mut data = Vec::new();
+            for key in &reply.keys {
+                self.ended |= collect(&key.ids, &mut data)?;
+                if let Some(last) = key.ids.last() {
+                    self.last_id.clone_from(&last.id);
+                }
+            }
+            if !data.is_empty() {
+                return Ok(Some(data));
+            }
+        }
+        Ok(None)
+    }
+}
