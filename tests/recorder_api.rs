@@ -32,7 +32,10 @@ async fn check(client: &RecorderClient, ids: &[&[u8]]) -> Result<Vec<Vec<u8>>, t
 }
 
 /// Waits until a live replay has received `expected` (proof that those tokens are committed).
-async fn read_until(stream: &mut tonic::Streaming<tapedeck::pb::ReplayResponse>, expected: &str) -> String {
+async fn read_until(
+    stream: &mut tonic::Streaming<tapedeck::pb::ReplayResponse>,
+    expected: &str,
+) -> String {
     let mut text = String::new();
     tokio::time::timeout(WAIT, async {
         while text.len() < expected.len() {
@@ -56,7 +59,10 @@ async fn record_then_replay_returns_exactly_the_text() {
     assert_eq!(replayed.text, "Hello, wörld 🎉");
     assert_eq!(replayed.status.as_deref(), Some("completed"));
     assert_eq!(replayed.end_offset, Some("Hello, wörld 🎉".len() as u64));
-    assert_eq!(replayed.offsets.last().copied(), Some("Hello, wörld 🎉".len() as i64));
+    assert_eq!(
+        replayed.offsets.last().copied(),
+        Some("Hello, wörld 🎉".len() as i64)
+    );
     server.stop().await;
 }
 
@@ -70,7 +76,11 @@ async fn first_message_may_carry_content_and_complete() {
         content: "all at once".into(),
         complete: true,
     }];
-    let answer = client.clone().record(tokio_stream::iter(messages)).await.unwrap();
+    let answer = client
+        .clone()
+        .record(tokio_stream::iter(messages))
+        .await
+        .unwrap();
     assert_eq!(answer.into_inner().status, RecordStatus::Success as i32);
     assert_eq!(replay_text(&client, ID).await.unwrap().text, "all at once");
     server.stop().await;
@@ -85,7 +95,11 @@ async fn half_close_completes_the_recording() {
     recording.send("no complete flag").await;
     let Recording { tx, answer } = recording;
     drop(tx);
-    let answer = tokio::time::timeout(WAIT, answer).await.unwrap().unwrap().unwrap();
+    let answer = tokio::time::timeout(WAIT, answer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
     assert_eq!(answer.status, RecordStatus::Success as i32);
     let replayed = replay_text(&client, ID).await.unwrap();
     assert_eq!(replayed.text, "no complete flag");
@@ -120,9 +134,17 @@ async fn record_without_an_id_is_invalid_argument() {
         content: "orphan".into(),
         ..Default::default()
     }];
-    let err = client.clone().record(tokio_stream::iter(messages)).await.unwrap_err();
+    let err = client
+        .clone()
+        .record(tokio_stream::iter(messages))
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
-    assert!(err.message().contains("conversation_id"), "{}", err.message());
+    assert!(
+        err.message().contains("conversation_id"),
+        "{}",
+        err.message()
+    );
     let err = client
         .clone()
         .record(tokio_stream::iter(Vec::<RecordRequest>::new()))
@@ -145,7 +167,11 @@ async fn malformed_ids_are_invalid_argument_on_every_call() {
             content: "x".into(),
             complete: true,
         }];
-        let err = client.clone().record(tokio_stream::iter(messages)).await.unwrap_err();
+        let err = client
+            .clone()
+            .record(tokio_stream::iter(messages))
+            .await
+            .unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "record {bad:?}");
         let err = replay_from(&client, bad, 0).await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "replay {bad:?}");
@@ -193,7 +219,9 @@ async fn replay_of_an_unknown_conversation_is_not_found() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let client = server.recorder().await;
-    let err = replay_from(&client, b"never-recorded", 0).await.unwrap_err();
+    let err = replay_from(&client, b"never-recorded", 0)
+        .await
+        .unwrap_err();
     assert_eq!(err.code(), Code::NotFound);
     server.stop().await;
 }
@@ -242,7 +270,10 @@ async fn cancel_ends_producer_with_cancelled_and_replay_promptly() {
     let rest = read_all(stream).await.unwrap();
     assert_eq!(rest.text, "");
     assert_eq!(rest.status.as_deref(), Some("cancelled"));
-    assert!(cancel(&client, ID).await.unwrap(), "a second cancel is still accepted");
+    assert!(
+        cancel(&client, ID).await.unwrap(),
+        "a second cancel is still accepted"
+    );
     assert_eq!(replay_text(&client, ID).await.unwrap().text, "partial");
     server.stop().await;
 }
@@ -254,7 +285,10 @@ async fn cancel_of_nothing_live_is_not_accepted() {
     let client = server.recorder().await;
     assert!(!cancel(&client, b"unknown").await.unwrap());
     record_all(&client, ID, &["done"]).await;
-    assert!(!cancel(&client, ID).await.unwrap(), "a completed recording cannot be cancelled");
+    assert!(
+        !cancel(&client, ID).await.unwrap(),
+        "a completed recording cannot be cancelled"
+    );
     server.stop().await;
 }
 
@@ -274,7 +308,14 @@ async fn check_recordings_returns_live_ids_in_request_order_and_encoding() {
     let upper = UUID_TEXT.to_uppercase();
     let live = check(
         &client,
-        &[upper.as_bytes(), b"finished", b"unknown", b"live-a", uuid.as_bytes(), b"live-a"],
+        &[
+            upper.as_bytes(),
+            b"finished",
+            b"unknown",
+            b"live-a",
+            uuid.as_bytes(),
+            b"live-a",
+        ],
     )
     .await
     .unwrap();
@@ -302,12 +343,19 @@ async fn a_second_producer_supersedes_the_first() {
     let second = Recording::open(&client, ID).await;
     let answer = first.answer().await.unwrap();
     assert_eq!(answer.status, RecordStatus::Error as i32);
-    assert!(answer.error_message.contains("superseded"), "{}", answer.error_message);
+    assert!(
+        answer.error_message.contains("superseded"),
+        "{}",
+        answer.error_message
+    );
     let old_rest = read_all(old_replay).await.unwrap();
     assert_eq!(old_rest.status.as_deref(), Some("superseded"));
 
     second.send("new text").await;
-    assert_eq!(second.complete().await.unwrap().status, RecordStatus::Success as i32);
+    assert_eq!(
+        second.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
     assert_eq!(replay_text(&client, ID).await.unwrap().text, "new text");
     server.stop().await;
 }
@@ -326,7 +374,10 @@ async fn a_producer_that_vanishes_leaves_an_interrupted_replayable_recording() {
     proxy.cut();
     let rest = read_all(stream).await.unwrap();
     assert_eq!(rest.status.as_deref(), Some("interrupted"));
-    assert_eq!(replay_text(&client, ID).await.unwrap().text, "committed tokens");
+    assert_eq!(
+        replay_text(&client, ID).await.unwrap().text,
+        "committed tokens"
+    );
     server.stop().await;
 }
 
@@ -345,7 +396,11 @@ async fn chunks_over_the_limit_are_resource_exhausted() {
     recording.send(&"x".repeat(1024 * 1024 + 1)).await;
     let err = recording.answer().await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("max-chunk-bytes"), "{}", err.message());
+    assert!(
+        err.message().contains("max-chunk-bytes"),
+        "{}",
+        err.message()
+    );
     assert_eq!(replay_text(&client, b"too-big").await.unwrap().text, "fine");
     server.stop().await;
 }
@@ -363,7 +418,11 @@ async fn recordings_over_the_limit_are_resource_exhausted() {
     recording.send("1").await;
     let err = recording.answer().await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
-    assert!(err.message().contains("max-recording-bytes"), "{}", err.message());
+    assert!(
+        err.message().contains("max-recording-bytes"),
+        "{}",
+        err.message()
+    );
     assert_eq!(replay_text(&client, ID).await.unwrap().text, "1234567890");
     server.stop().await;
 }
@@ -382,8 +441,14 @@ async fn too_many_live_recordings_is_resource_exhausted() {
     assert_eq!(err.code(), Code::ResourceExhausted);
     // Superseding the live one is not a new live recording.
     let again = Recording::open(&client, b"first").await;
-    assert_eq!(first.answer().await.unwrap().status, RecordStatus::Error as i32);
-    assert_eq!(again.complete().await.unwrap().status, RecordStatus::Success as i32);
+    assert_eq!(
+        first.answer().await.unwrap().status,
+        RecordStatus::Error as i32
+    );
+    assert_eq!(
+        again.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
     server.stop().await;
 }
 
@@ -392,7 +457,15 @@ async fn is_enabled_is_true() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let client = server.recorder().await;
-    assert!(client.clone().is_enabled(()).await.unwrap().into_inner().enabled);
+    assert!(
+        client
+            .clone()
+            .is_enabled(())
+            .await
+            .unwrap()
+            .into_inner()
+            .enabled
+    );
     server.stop().await;
 }
 
@@ -408,7 +481,11 @@ async fn an_idle_producer_is_interrupted_by_the_sweeper() {
     recording.send("then silence").await;
     let answer = recording.answer().await.unwrap();
     assert_eq!(answer.status, RecordStatus::Error as i32);
-    assert!(answer.error_message.contains("idle"), "{}", answer.error_message);
+    assert!(
+        answer.error_message.contains("idle"),
+        "{}",
+        answer.error_message
+    );
     let replayed = replay_text(&client, ID).await.unwrap();
     assert_eq!(replayed.text, "then silence");
     assert_eq!(replayed.status.as_deref(), Some("interrupted"));
@@ -427,7 +504,11 @@ async fn shutdown_answers_live_producers_and_ends_replays() {
     let stopping = tokio::spawn(server.stop());
     let answer = recording.answer().await.unwrap();
     assert_eq!(answer.status, RecordStatus::Error as i32);
-    assert!(answer.error_message.contains("shutting down"), "{}", answer.error_message);
+    assert!(
+        answer.error_message.contains("shutting down"),
+        "{}",
+        answer.error_message
+    );
     let rest = read_all(stream).await.unwrap();
     assert_eq!(rest.status.as_deref(), Some("interrupted"));
     stopping.await.unwrap();
@@ -453,7 +534,10 @@ async fn a_recording_survives_a_clean_restart() {
 }
 
 /// Opens a replay once the recording's start is committed (Record answers only at its end).
-async fn replay_when_started(client: &RecorderClient, id: &[u8]) -> tonic::Streaming<tapedeck::pb::ReplayResponse> {
+async fn replay_when_started(
+    client: &RecorderClient,
+    id: &[u8],
+) -> tonic::Streaming<tapedeck::pb::ReplayResponse> {
     tokio::time::timeout(WAIT, async {
         loop {
             match replay_from(client, id, 0).await {

@@ -46,14 +46,19 @@ impl ResponseResumerService for ResumerService {
         &self,
         request: Request<Streaming<StreamResponseTokenRequest>>,
     ) -> Result<Response<TokenResponses>, Status> {
-        let mut stream = request.into_inner();
-        let Some(first) = stream.message().await? else {
-            return Err(crate::Error::MissingConversationId.into());
-        };
-        let id = parse_id(&first.conversation_id)?;
-        let producer = self.recorder.start(id).await?;
+        // Answer with headers at once: a bidirectional client may wait for them before it
+        // sends its first token. Errors in the first message end the stream instead.
+        let recorder = self.recorder.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        tokio::spawn(stream_tokens(producer, first, stream, tx));
+        tokio::spawn(async move {
+            let mut requests = request.into_inner();
+            match start_producer(&recorder, &mut requests).await {
+                Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
+                Err(status) => {
+                    let _ = tx.send(Err(status)).await;
+                }
+            }
+        });
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
@@ -101,6 +106,18 @@ impl ResponseResumerService for ResumerService {
     }
 }
 
+/// Reads the first request and starts the recording it names.
+async fn start_producer(
+    recorder: &Recorder,
+    requests: &mut Streaming<StreamResponseTokenRequest>,
+) -> Result<(Producer, StreamResponseTokenRequest), Status> {
+    let Some(first) = requests.message().await? else {
+        return Err(crate::Error::MissingConversationId.into());
+    };
+    let id = parse_id(&first.conversation_id)?;
+    Ok((recorder.start(id).await?, first))
+}
+
 /// An acknowledgement in flight: resolves to the response owed for one request.
 type PendingAck = Pin<Box<dyn Future<Output = StreamResponseTokenResponse> + Send>>;
 
@@ -142,7 +159,8 @@ async fn stream_tokens(
                 while let Some(response) = pending.next().await {
                     let _ = responses.send(Ok(response)).await;
                 }
-                let _ = responses.send(Ok(end_response(ended.bytes, ended.status, &producer))).await;
+                let end = end_response(ended.bytes, ended.status, producer.tape().end_message());
+                let _ = responses.send(Ok(end)).await;
                 return;
             }
             message = requests.message(), if input_open => match message {
@@ -164,7 +182,7 @@ async fn stream_tokens(
         Ok(progress) if progress.status == RecordingStatus::Completed => {}
         Ok(progress) => {
             let _ = responses
-                .send(Ok(end_response_for(
+                .send(Ok(end_response(
                     progress.bytes,
                     progress.status,
                     tape.end_message(),
@@ -180,28 +198,23 @@ async fn stream_tokens(
 }
 
 /// Appends one request's token; returns the response it is owed, to be awaited in order.
+/// Responses that commit nothing report the length reached once every earlier token of this
+/// producer is committed, which is when they are delivered.
 async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) -> PendingAck {
-    let committed_now = producer.tape().progress().bytes;
-    match producer
+    let result = producer
         .accept(&message.conversation_id, &message.token)
-        .await
-    {
+        .await;
+    let reached = producer.appended_bytes();
+    match result {
         Ok(Some(committed)) => Box::pin(async move {
             match committed.await {
                 Ok(Ok(offset)) => success(offset),
-                Ok(Err(err)) => refusal(&err.to_string(), committed_now),
-                Err(_) => refusal("the server is shutting down", committed_now),
+                Ok(Err(err)) => refusal(&err.to_string(), reached),
+                Err(_) => refusal("the server is shutting down", reached),
             }
         }),
-        // Nothing to commit: answer with what is committed when earlier acks are answered.
-        Ok(None) => {
-            let tape = producer.tape().clone();
-            Box::pin(async move { success(tape.progress().bytes) })
-        }
-        Err(err) => {
-            let message = err.to_string();
-            Box::pin(async move { refusal(&message, committed_now) })
-        }
+        Ok(None) => Box::pin(std::future::ready(success(reached))),
+        Err(err) => Box::pin(std::future::ready(refusal(&err.to_string(), reached))),
     }
 }
 
@@ -223,16 +236,8 @@ fn refusal(message: &str, offset: u64) -> StreamResponseTokenResponse {
     }
 }
 
-fn end_response(
-    bytes: u64,
-    status: RecordingStatus,
-    producer: &Producer,
-) -> StreamResponseTokenResponse {
-    end_response_for(bytes, status, producer.tape().end_message())
-}
-
 /// The last response of a producer whose recording was ended by someone else.
-fn end_response_for(
+fn end_response(
     bytes: u64,
     status: RecordingStatus,
     message: Option<&str>,

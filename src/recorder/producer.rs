@@ -39,6 +39,11 @@ impl Producer {
         self.writer.tape()
     }
 
+    /// Bytes appended so far, committed or not.
+    pub fn appended_bytes(&self) -> u64 {
+        self.writer.appended_bytes()
+    }
+
     /// Checks a later message's id (empty, or the same conversation in any form) and appends
     /// its non-empty content as one chunk. Returns the commit receiver, or `None` for no content.
     ///

@@ -80,7 +80,9 @@ impl TestServer {
     }
 
     pub async fn resumer(&self) -> ResumerClient {
-        ResponseResumerServiceClient::connect(self.url()).await.unwrap()
+        ResponseResumerServiceClient::connect(self.url())
+            .await
+            .unwrap()
     }
 
     /// Shuts the server down gracefully and waits until its database is closed.
@@ -161,7 +163,11 @@ pub async fn record_all(client: &RecorderClient, id: &[u8], tokens: &[&str]) {
         recording.send(token).await;
     }
     let answer = recording.complete().await.unwrap();
-    assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32, "{answer:?}");
+    assert_eq!(
+        answer.status,
+        tapedeck::pb::RecordStatus::Success as i32,
+        "{answer:?}"
+    );
 }
 
 /// Opens a replay from `offset`.
@@ -273,5 +279,102 @@ impl CuttableProxy {
     /// Closes every proxied connection.
     pub fn cut(&self) {
         self.cut.cancel();
+    }
+}
+
+/// The real `tapedeck` binary, serving on a free loopback port; killed when dropped.
+pub struct BinaryServer {
+    pub addr: SocketAddr,
+    /// `None` once the process has been reaped.
+    child: Option<std::process::Child>,
+}
+
+impl BinaryServer {
+    /// Starts `tapedeck serve` on `data_dir` and waits until it listens.
+    pub fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .args(extra_args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cannot start the tapedeck binary");
+        let stderr = child.stderr.take().unwrap();
+        let (found, addr) = std::sync::mpsc::channel();
+        // Reads the log until the listening line, then keeps draining it so the server never
+        // blocks on a full pipe.
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("tapedeck listening")
+                    && let Some(start) = line.find("\"addr\":\"")
+                {
+                    let rest = &line[start + 8..];
+                    let _ = found.send(rest[..rest.find('"').unwrap()].to_string());
+                }
+            }
+        });
+        let addr = addr
+            .recv_timeout(WAIT)
+            .expect("the binary did not report its address")
+            .parse()
+            .unwrap();
+        BinaryServer {
+            addr,
+            child: Some(child),
+        }
+    }
+
+    pub fn pid(&self) -> i32 {
+        self.child.as_ref().map_or(0, |c| c.id() as i32)
+    }
+
+    pub async fn recorder(&self) -> RecorderClient {
+        ResponseRecorderServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    pub async fn resumer(&self) -> ResumerClient {
+        ResponseResumerServiceClient::connect(format!("http://{}", self.addr))
+            .await
+            .unwrap()
+    }
+
+    /// SIGKILLs the process (no chance to clean up) and reaps it.
+    pub fn kill(mut self) {
+        unsafe { libc::kill(self.pid(), libc::SIGKILL) };
+        if let Some(mut child) = self.child.take() {
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERMs the process and returns its exit status. Waits off the runtime so that this
+    /// test's client connections can still answer the server's goodbye.
+    pub async fn terminate(mut self) -> std::process::ExitStatus {
+        unsafe { libc::kill(self.pid(), libc::SIGTERM) };
+        let mut child = self.child.take().unwrap();
+        tokio::task::spawn_blocking(move || child.wait().unwrap())
+            .await
+            .unwrap()
+    }
+}
+
+impl Drop for BinaryServer {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
     }
 }
