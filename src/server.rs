@@ -4,9 +4,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 
 use crate::config::Config;
 use crate::error::{Error, Result};
@@ -105,6 +105,10 @@ pub async fn run(
     };
 
     tracing::info!(addr = %listener.local_addr().map_err(|e| Error::Storage(e.to_string()))?, "tapedeck listening");
+    // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
+    let incoming = TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .with_keepalive(Some(KEEPALIVE_INTERVAL));
     let serve = Server::builder()
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
@@ -112,7 +116,7 @@ pub async fn run(
         .add_service(reflection)
         .add_service(recorder_service)
         .add_service(resumer_service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown_signal);
+        .serve_with_incoming_shutdown(incoming, shutdown_signal);
     tokio::pin!(serve);
     let served = tokio::select! {
         served = &mut serve => served,
