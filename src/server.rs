@@ -74,11 +74,15 @@ pub async fn run(
     health
         .set_serving::<ResponseResumerServiceServer<ResumerService>>()
         .await;
-    let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
-        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
-        .build_v1()
-        .map_err(|e| Error::Storage(format!("building reflection service: {e}")))?;
+    // Both reflection versions: grpcurl and other tools differ in which one they ask for.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_error = |e| Error::Storage(format!("building reflection service: {e}"));
+    let reflection_v1 = reflection().build_v1().map_err(reflection_error)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(reflection_error)?;
 
     let recorder_service =
         ResponseRecorderServiceServer::new(RecorderService::new(recorder.clone()))
@@ -113,7 +117,8 @@ pub async fn run(
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_service(health_service)
-        .add_service(reflection)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
         .add_service(recorder_service)
         .add_service(resumer_service)
         .serve_with_incoming_shutdown(incoming, shutdown_signal);
