@@ -98,7 +98,8 @@ async fn run_stream(
     let sent_at = Arc::new(Mutex::new(Vec::new()));
     let sent = sent_at.clone();
     let producer = tokio::spawn(async move {
-        let mut ticker = tokio::time::interval(Duration::from_micros(1_000_000 / TOKENS_PER_SECOND));
+        let mut ticker =
+            tokio::time::interval(Duration::from_micros(1_000_000 / TOKENS_PER_SECOND));
         let end = Instant::now() + DURATION;
         while Instant::now() < end {
             ticker.tick().await;
@@ -136,7 +137,14 @@ async fn run_stream(
 fn spawn_server(data_dir: &std::path::Path) -> (std::process::Child, String) {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--log-format", "json", "--data-dir"])
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--data-dir",
+        ])
         .arg(data_dir)
         .stderr(std::process::Stdio::piped())
         .spawn()
