@@ -17,7 +17,7 @@ use crate::id::ConversationId;
 use crate::recorder::{Piece, Recorder, Replay};
 
 /// Messages a replay may run ahead of a slow client before it waits for the client to read.
-const REPLAY_BUFFER: usize = 8;
+const REPLAY_BUFFER: usize = 2;
 
 /// Trailer naming how the replayed recording ended.
 pub const STATUS_TRAILER: &str = "tapedeck-status";
