@@ -48,14 +48,23 @@ pub enum Error {
         expected: u64,
     },
     #[error(
-        "cannot open database {path}: {source}; if it is not a tapedeck database, move it away"
+        "cannot open database {path}: {source}; the file is damaged or is not a tapedeck \
+         database: restore it from a backup, or move it away to start with an empty one"
     )]
     OpenDatabase {
         path: PathBuf,
         #[source]
         source: redb::DatabaseError,
     },
-    #[error("cannot use data directory {path}: {source}")]
+    #[error(
+        "database {path} is in use by another process; stop it, or give this one another \
+         --data-dir"
+    )]
+    DatabaseInUse { path: PathBuf },
+    #[error(
+        "cannot use data directory {path}: {source}; make it a writable directory, or choose \
+         another with --data-dir"
+    )]
     DataDir {
         path: PathBuf,
         #[source]
@@ -100,6 +109,7 @@ impl Error {
             Error::ShuttingDown => Code::Unavailable,
             Error::SchemaVersion { .. }
             | Error::OpenDatabase { .. }
+            | Error::DatabaseInUse { .. }
             | Error::DataDir { .. }
             | Error::Storage(_)
             | Error::Corrupt(_) => Code::Internal,

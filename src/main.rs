@@ -82,11 +82,26 @@ fn main() -> ExitCode {
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
-            tracing::error!("{err:#}");
-            eprintln!("tapedeck: {err:#}");
+            // Exactly one line, saying what is wrong and what to do; nothing else is printed.
+            eprintln!("tapedeck: error: {}", one_line(&err));
             ExitCode::FAILURE
         }
     }
+}
+
+/// The error and its causes on one line, skipping causes its message already spells out.
+fn one_line(err: &anyhow::Error) -> String {
+    let mut line = String::new();
+    for cause in err.chain() {
+        let text = cause.to_string();
+        if !line.contains(&text) {
+            if !line.is_empty() {
+                line.push_str(": ");
+            }
+            line.push_str(&text);
+        }
+    }
+    line.replace(['\n', '\r'], " ")
 }
 
 fn serve(config: Config) -> anyhow::Result<()> {
@@ -96,9 +111,10 @@ fn serve(config: Config) -> anyhow::Result<()> {
         let store = tapedeck::server::open_store(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .with_context(|| {
-                format!(
-                    "cannot listen on {}; is another process using it? choose another with --listen",
+            .map_err(|err| {
+                anyhow::anyhow!(
+                    "cannot listen on {}: {err}; is another process using it? choose another \
+                     address with --listen",
                     config.listen
                 )
             })?;

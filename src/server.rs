@@ -30,10 +30,17 @@ const MIN_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
 ///
 /// Fails with `DataDir` when the directory cannot be created, or as [`Store::open`] does.
 pub fn open_store(config: &Config) -> Result<Store> {
-    std::fs::create_dir_all(&config.data_dir).map_err(|source| Error::DataDir {
+    let data_dir_error = |source| Error::DataDir {
         path: config.data_dir.clone(),
         source,
-    })?;
+    };
+    if config.data_dir.exists() && !config.data_dir.is_dir() {
+        return Err(data_dir_error(std::io::Error::new(
+            std::io::ErrorKind::NotADirectory,
+            "it exists and is not a directory",
+        )));
+    }
+    std::fs::create_dir_all(&config.data_dir).map_err(data_dir_error)?;
     let options = StoreOptions {
         retention: config.retention,
         max_live: config.max_live_recordings,

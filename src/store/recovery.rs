@@ -15,9 +15,25 @@ use crate::error::{Error, Result};
 ///
 /// Fails when the file is not a redb database, has another schema version, or cannot be read.
 pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Database> {
-    let db = create(path)?;
-    check_schema(&db, path)?;
-    let interrupted = interrupt_live_recordings(&db, now_ms, retention_ms)?;
+    // redb may panic on a file it cannot make sense of, when opening it or when first reading
+    // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
+    let opened = quietly_catch_panic(|| {
+        let db = create(path)?;
+        check_schema(&db, path)?;
+        let interrupted = interrupt_live_recordings(&db, now_ms, retention_ms)?;
+        Ok((db, interrupted))
+    });
+    let (db, interrupted) = match opened {
+        Ok(result) => result.map_err(|err| damaged(path, err))?,
+        Err(panic) => {
+            return Err(Error::OpenDatabase {
+                path: path.to_path_buf(),
+                source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(format!(
+                    "redb could not read it ({panic})"
+                ))),
+            });
+        }
+    };
     if interrupted > 0 {
         tracing::warn!(
             interrupted,
@@ -27,34 +43,98 @@ pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Databa
     Ok(db)
 }
 
+/// A storage error met while recovering a file that did open is a damaged file too.
+fn damaged(path: &Path, err: Error) -> Error {
+    match err {
+        Error::Storage(message) | Error::Corrupt(message) => Error::OpenDatabase {
+            path: path.to_path_buf(),
+            source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)),
+        },
+        other => other,
+    }
+}
+
+thread_local! {
+    /// Set while this thread runs [`quietly_catch_panic`]; the panic message lands here.
+    static QUIET_PANIC: std::cell::RefCell<Option<String>> = const { std::cell::RefCell::new(None) };
+}
+
+/// Runs `f`, turning a panic into `Err(message)` without the default hook printing a message
+/// and backtrace. Panics on other threads are reported as usual.
+fn quietly_catch_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let previous = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let quiet = QUIET_PANIC.with(|slot| {
+                let mut slot = slot.borrow_mut();
+                match slot.as_mut() {
+                    Some(message) => {
+                        *message = panic_message(info.payload());
+                        true
+                    }
+                    None => false,
+                }
+            });
+            if !quiet {
+                previous(info);
+            }
+        }));
+    });
+    QUIET_PANIC.with(|slot| *slot.borrow_mut() = Some(String::new()));
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+    let message = QUIET_PANIC.with(|slot| slot.borrow_mut().take());
+    result.map_err(|_| message.unwrap_or_default())
+}
+
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        (*text).to_string()
+    } else if let Some(text) = payload.downcast_ref::<String>() {
+        text.clone()
+    } else {
+        "unknown panic".to_string()
+    }
+}
+
 fn create(path: &Path) -> Result<Database> {
     let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = repaired.clone();
     let mut builder = Database::builder();
     builder.set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::Relaxed));
-    // redb may panic on a file it cannot make sense of; that is a bad file, not a bug here.
-    let opened = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| builder.create(path)));
-    let db = match opened {
-        Ok(Ok(db)) => db,
-        Ok(Err(source)) => {
-            return Err(Error::OpenDatabase {
-                path: path.to_path_buf(),
-                source,
-            });
-        }
-        Err(_) => {
-            return Err(Error::OpenDatabase {
-                path: path.to_path_buf(),
-                source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(
-                    "the file is damaged or not a redb database".into(),
-                )),
-            });
-        }
-    };
+    let db = builder
+        .create(path)
+        .map_err(|source| open_error(path, source))?;
     if repaired.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(path = %path.display(), "database was not closed cleanly; repaired it");
     }
     Ok(db)
+}
+
+/// Tells a directory the process may not write in, and a file another process holds, apart
+/// from a damaged file.
+fn open_error(path: &Path, source: redb::DatabaseError) -> Error {
+    let dir = path.parent().unwrap_or(path).to_path_buf();
+    match source {
+        redb::DatabaseError::Storage(redb::StorageError::Io(io))
+            if matches!(
+                io.kind(),
+                std::io::ErrorKind::PermissionDenied | std::io::ErrorKind::ReadOnlyFilesystem
+            ) =>
+        {
+            Error::DataDir {
+                path: dir,
+                source: io,
+            }
+        }
+        redb::DatabaseError::DatabaseAlreadyOpen => Error::DatabaseInUse {
+            path: path.to_path_buf(),
+        },
+        source => Error::OpenDatabase {
+            path: path.to_path_buf(),
+            source,
+        },
+    }
 }
 
 /// Writes the schema version into a new file; refuses a file written with another version.

@@ -378,3 +378,171 @@ impl Drop for BinaryServer {
         }
     }
 }
+
+/// Runs `tapedeck serve` with `args` until it exits by itself (at most [`WAIT`]), with
+/// `RUST_BACKTRACE=1` so that a panic would show; returns its exit status and its stderr.
+pub fn run_binary_to_exit(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
+    let child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .arg("serve")
+        .args(args)
+        .env("RUST_BACKTRACE", "1")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start the tapedeck binary");
+    let pid = child.id() as i32;
+    let (done, outcome) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = done.send(child.wait_with_output());
+    });
+    match outcome.recv_timeout(WAIT) {
+        Ok(output) => {
+            let output = output.unwrap();
+            (
+                output.status,
+                String::from_utf8_lossy(&output.stderr).into_owned(),
+            )
+        }
+        Err(_) => {
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            panic!("tapedeck did not exit within {WAIT:?}; it should have refused to start");
+        }
+    }
+}
+
+/// Checks that a refused start printed exactly one line: an error naming `what` and telling
+/// what to do (`hint`), with no panic message and no backtrace.
+pub fn assert_one_clear_line(stderr: &str, what: &str, hint: &str) {
+    let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 1, "expected exactly one line, got:\n{stderr}");
+    let line = lines[0];
+    assert!(line.starts_with("tapedeck: error: "), "{line}");
+    assert!(line.contains(what), "`{what}` missing from: {line}");
+    assert!(line.contains(hint), "hint `{hint}` missing from: {line}");
+    for noise in ["panicked", "backtrace", "RUST_BACKTRACE"] {
+        assert!(!line.contains(noise), "`{noise}` in: {line}");
+    }
+}
+
+/// A tmpfs mounted by the test on a fresh directory; unmounted when dropped. Tests that need
+/// one run as root (CI does); anything else is a clear failure, never a silent skip.
+pub struct Tmpfs {
+    pub path: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Tmpfs {
+    /// Mounts a tmpfs of `size_bytes`; `read_only` mounts it read-only.
+    pub fn mount(size_bytes: u64, read_only: bool) -> Tmpfs {
+        use std::os::unix::ffi::OsStrExt;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().to_path_buf();
+        let target = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+        let options = std::ffi::CString::new(format!("size={size_bytes},mode=0755")).unwrap();
+        let flags = if read_only { libc::MS_RDONLY } else { 0 };
+        let mounted = unsafe {
+            libc::mount(
+                c"tmpfs".as_ptr(),
+                target.as_ptr(),
+                c"tmpfs".as_ptr(),
+                flags,
+                options.as_ptr().cast(),
+            )
+        };
+        if mounted != 0 {
+            panic!(
+                "cannot mount a tmpfs on {}: {}. This test needs root (or CAP_SYS_ADMIN) to \
+                 mount a small filesystem; run it as root, as CI does",
+                path.display(),
+                std::io::Error::last_os_error()
+            );
+        }
+        Tmpfs { path, _dir: dir }
+    }
+}
+
+impl Drop for Tmpfs {
+    fn drop(&mut self) {
+        use std::os::unix::ffi::OsStrExt;
+        let target = std::ffi::CString::new(self.path.as_os_str().as_bytes()).unwrap();
+        unsafe { libc::umount2(target.as_ptr(), libc::MNT_DETACH) };
+    }
+}
+
+/// Resident memory of process `pid` in KiB, from `/proc/<pid>/status`.
+pub fn rss_kib(pid: i32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|line| line.strip_prefix("VmRSS:"))
+        .and_then(|rest| rest.trim().trim_end_matches("kB").trim().parse().ok())
+        .expect("no VmRSS line")
+}
+
+/// Log lines of a [`BinaryServer`] started with [`BinaryServer::spawn_logged`].
+pub type LogLines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+impl BinaryServer {
+    /// As [`BinaryServer::spawn`], also keeping every log line the server writes.
+    pub fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
+        use std::io::BufRead;
+        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--data-dir",
+            ])
+            .arg(data_dir)
+            .args(extra_args)
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("cannot start the tapedeck binary");
+        let stderr = child.stderr.take().unwrap();
+        let lines = LogLines::default();
+        let log = lines.clone();
+        let (found, addr) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if line.contains("tapedeck listening")
+                    && let Some(start) = line.find("\"addr\":\"")
+                {
+                    let rest = &line[start + 8..];
+                    let _ = found.send(rest[..rest.find('"').unwrap()].to_string());
+                }
+                log.lock().unwrap().push(line);
+            }
+        });
+        let addr = addr
+            .recv_timeout(WAIT)
+            .expect("the binary did not report its address")
+            .parse()
+            .unwrap();
+        let server = BinaryServer {
+            addr,
+            child: Some(child),
+        };
+        (server, lines)
+    }
+}
+
+/// Opens a replay of `id` as soon as its recording has started (Record answers only at the
+/// end, so a test learns of the start by retrying `NOT_FOUND` until [`WAIT`] runs out).
+pub async fn replay_when_live(client: &RecorderClient, id: &[u8]) -> Streaming<ReplayResponse> {
+    tokio::time::timeout(WAIT, async {
+        loop {
+            match replay_from(client, id, 0).await {
+                Ok(stream) => return stream,
+                Err(err) if err.code() == tonic::Code::NotFound => tokio::task::yield_now().await,
+                Err(err) => panic!("replay of a starting recording failed: {err}"),
+            }
+        }
+    })
+    .await
+    .expect("recording did not start in time")
+}
