@@ -8,6 +8,8 @@ mod recovery;
 pub mod schema;
 pub mod sweeper;
 mod tape;
+#[cfg(test)]
+mod tests;
 mod writer;
 
 use std::collections::HashMap;

@@ -145,7 +145,8 @@ impl Writer {
             return;
         }
         let mut effects = Vec::with_capacity(batch.len());
-        let outcome = self.apply_all(batch.drain(..), &mut effects);
+        let mut ops = batch.drain(..);
+        let outcome = self.apply_all(&mut ops, &mut effects);
         match outcome {
             Ok(()) => {
                 for effect in effects {
@@ -153,13 +154,23 @@ impl Writer {
                 }
             }
             Err(err) => {
-                tracing::error!(error = %err, ops = effects.len(), "commit failed");
-                self.fail(effects, &err);
+                // The ops after the one that failed were never applied; they fail too.
+                let unapplied: Vec<Op> = ops.collect();
+                tracing::error!(
+                    error = %err,
+                    ops = effects.len() + unapplied.len(),
+                    "commit failed"
+                );
+                self.fail(effects, unapplied, &err);
             }
         }
     }
 
-    fn apply_all(&self, ops: impl Iterator<Item = Op>, effects: &mut Vec<Effect>) -> Result<()> {
+    fn apply_all(
+        &self,
+        ops: &mut impl Iterator<Item = Op>,
+        effects: &mut Vec<Effect>,
+    ) -> Result<()> {
         let txn = self.db.begin_write().map_err(Error::storage)?;
         let now = self.settings.clock.now_ms();
         {
@@ -174,18 +185,17 @@ impl Writer {
                 now,
             };
             for op in ops {
-                if let Some(effect) = self.apply(&mut tables, op)? {
-                    effects.push(effect);
-                }
+                self.apply(&mut tables, op, effects)?;
             }
             tables.flush_metas()?;
         }
         txn.commit().map_err(Error::storage)
     }
 
-    /// Applies one op to the open transaction. Refusals (a closed tape, too many live
-    /// recordings) are answered at once; storage errors abort the whole transaction.
-    fn apply(&self, t: &mut Tables<'_, '_>, op: Op) -> Result<Option<Effect>> {
+    /// Applies one op to the open transaction, queueing what to do once it is committed.
+    /// Refusals (a closed tape, too many live recordings) are answered at once; storage errors
+    /// abort the whole transaction, after the failing op's waiter has been queued or answered.
+    fn apply(&self, t: &mut Tables<'_, '_>, op: Op, effects: &mut Vec<Effect>) -> Result<()> {
         match op {
             Op::Start { id, done } => {
                 let key = id.key();
@@ -194,9 +204,15 @@ impl Writer {
                     let _ = done.send(Err(Error::TooManyLiveRecordings {
                         max: self.settings.max_live,
                     }));
-                    return Ok(None);
+                    return Ok(());
                 }
-                let generation = t.delete_recording(key)?.map_or(1, |old| old.generation + 1);
+                let generation = match t.delete_recording(key) {
+                    Ok(old) => old.map_or(1, |old| old.generation + 1),
+                    Err(err) => {
+                        let _ = done.send(Err(copy_error(&err)));
+                        return Err(err);
+                    }
+                };
                 t.set_meta(
                     key,
                     Some(RecordingMeta {
@@ -216,26 +232,26 @@ impl Writer {
                 // Registered before the commit so that a reader arriving now waits on this tape;
                 // it shows nothing until chunks are committed.
                 let replaced = live.insert(key, tape.clone()).filter(|old| old.close());
-                Ok(Some(Effect::Started(tape, replaced, done)))
+                effects.push(Effect::Started(tape, replaced, done));
+                Ok(())
             }
             Op::Append { tape, chunk, done } => {
                 if tape.is_closed() {
                     let _ = done.send(Err(ended_error(&tape)));
-                    return Ok(None);
+                    return Ok(());
                 }
+                let (key, index, end, now) = (tape.key(), chunk.index, chunk.end(), t.now);
                 let value = schema::encode_chunk(chunk.offset, &chunk.text);
+                tape.touch(now);
+                effects.push(Effect::Appended(tape, chunk, done));
                 t.chunks
-                    .insert((tape.key(), chunk.index), value.as_slice())
+                    .insert((key, index), value.as_slice())
                     .map_err(Error::storage)?;
-                let now = t.now;
-                let end = chunk.end();
-                t.update_meta(tape.key(), |meta| {
-                    meta.chunk_count = chunk.index + 1;
+                t.update_meta(key, |meta| {
+                    meta.chunk_count = index + 1;
                     meta.byte_len = end;
                     meta.updated_ms = now;
-                })?;
-                tape.touch(now);
-                Ok(Some(Effect::Appended(tape, chunk, done)))
+                })
             }
             Op::Finish {
                 tape,
@@ -245,21 +261,23 @@ impl Writer {
             } => {
                 if !tape.close() {
                     let _ = done.send(Ok(false));
-                    return Ok(None);
+                    return Ok(());
                 }
-                t.finish_meta(
-                    tape.key(),
-                    status,
-                    message.clone(),
-                    self.settings.retention_ms,
-                )?;
-                Ok(Some(Effect::Finished(tape, status, message, done)))
+                let key = tape.key();
+                effects.push(Effect::Finished(tape, status, message.clone(), done));
+                t.finish_meta(key, status, message, self.settings.retention_ms)
             }
-            Op::Sweep { max_chunks, done } => {
-                let report = t.sweep_expired(max_chunks)?;
-                Ok(Some(Effect::Swept(report, done)))
-            }
-            Op::Close => Ok(None),
+            Op::Sweep { max_chunks, done } => match t.sweep_expired(max_chunks) {
+                Ok(report) => {
+                    effects.push(Effect::Swept(report, done));
+                    Ok(())
+                }
+                Err(err) => {
+                    let _ = done.send(Err(copy_error(&err)));
+                    Err(err)
+                }
+            },
+            Op::Close => Ok(()),
         }
     }
 
@@ -289,42 +307,76 @@ impl Writer {
     }
 
     /// After a failed commit nothing of the batch is stored: every recording it touched is
-    /// ended as `failed`, so that no later commit can leave a gap in it.
-    fn fail(&self, effects: Vec<Effect>, err: &Error) {
+    /// ended as `failed`, so that no later commit can leave a gap in it. `unapplied` are the
+    /// ops the transaction never reached. As after a commit, the file and the readers learn
+    /// the outcome before the waiters do.
+    fn fail(&self, effects: Vec<Effect>, unapplied: Vec<Op>, err: &Error) {
         let message = format!("storage failure: {err}");
         let mut failed: Vec<Arc<Tape>> = Vec::new();
-        for effect in effects {
-            let tape = match effect {
-                Effect::Started(tape, replaced, done) => {
-                    let _ = done.send(Err(copy_error(err)));
-                    failed.extend(replaced);
-                    tape
+        for effect in &effects {
+            match effect {
+                Effect::Started(tape, replaced, _) => {
+                    if let Some(old) = replaced {
+                        add_once(&mut failed, old);
+                    }
+                    add_once(&mut failed, tape);
                 }
-                Effect::Appended(tape, _, done) => {
-                    let _ = done.send(Err(copy_error(err)));
-                    tape
+                Effect::Appended(tape, ..) | Effect::Finished(tape, ..) => {
+                    add_once(&mut failed, tape)
                 }
-                Effect::Finished(tape, _, _, done) => {
-                    let _ = done.send(Err(copy_error(err)));
-                    tape
-                }
-                Effect::Swept(_, done) => {
-                    let _ = done.send(Err(copy_error(err)));
-                    continue;
-                }
-            };
-            if !failed.iter().any(|t| Arc::ptr_eq(t, &tape)) {
-                failed.push(tape);
+                Effect::Swept(..) => {}
             }
+        }
+        for op in &unapplied {
+            match op {
+                // A tape that ended before this batch keeps the status it ended with.
+                Op::Append { tape, .. } | Op::Finish { tape, .. } if !tape.is_closed() => {
+                    add_once(&mut failed, tape)
+                }
+                _ => {}
+            }
+        }
+        if let Err(again) = self.record_failures(&failed, &message) {
+            // Recovery on the next open marks them `interrupted` instead.
+            tracing::error!(error = %again, "could not record failed recordings");
         }
         for tape in &failed {
             tape.close();
             self.unregister(tape);
             tape.publish_end(Status::Failed, Some(message.clone()));
         }
-        if let Err(again) = self.record_failures(&failed, &message) {
-            // Recovery on the next open marks them `interrupted` instead.
-            tracing::error!(error = %again, "could not record failed recordings");
+        for effect in effects {
+            match effect {
+                Effect::Started(_, _, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Effect::Appended(_, _, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Effect::Finished(_, _, _, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Effect::Swept(_, done) => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+            }
+        }
+        for op in unapplied {
+            match op {
+                Op::Start { done, .. } => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Op::Append { done, .. } => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Op::Finish { done, .. } => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Op::Sweep { done, .. } => {
+                    let _ = done.send(Err(copy_error(err)));
+                }
+                Op::Close => {}
+            }
         }
     }
 
@@ -364,6 +416,12 @@ impl Writer {
         if live.get(&tape.key()).is_some_and(|t| Arc::ptr_eq(t, tape)) {
             live.remove(&tape.key());
         }
+    }
+}
+
+fn add_once(tapes: &mut Vec<Arc<Tape>>, tape: &Arc<Tape>) {
+    if !tapes.iter().any(|t| Arc::ptr_eq(t, tape)) {
+        tapes.push(tape.clone());
     }
 }
 
