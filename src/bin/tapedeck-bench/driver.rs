@@ -366,12 +366,13 @@ pub async fn run_replay<T: Target>(
                 }
                 let load = async {
                     let mut producer = target.record(lane, &format!("{tag}-{i}")).await?;
-                    for seq in 0..tokens {
-                        let token = encode_token(clock.ns(Instant::now()), seq as u32, token_bytes);
-                        let acked = producer.send(token).await?;
-                        counters.sent.fetch_add(1, Ordering::Relaxed);
-                        counters.acked.fetch_add(acked, Ordering::Relaxed);
-                    }
+                    let now = clock.ns(Instant::now());
+                    let batch = (0..tokens)
+                        .map(|seq| encode_token(now, seq as u32, token_bytes))
+                        .collect();
+                    let acked = producer.load(batch).await?;
+                    counters.sent.fetch_add(tokens as u64, Ordering::Relaxed);
+                    counters.acked.fetch_add(acked, Ordering::Relaxed);
                     let acked = producer.finish().await?;
                     counters.acked.fetch_add(acked, Ordering::Relaxed);
                     anyhow::Ok(())

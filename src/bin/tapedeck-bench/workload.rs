@@ -103,7 +103,7 @@ pub fn standard_replay() -> ReplayWorkload {
         recordings: 1000,
         tokens_per_recording: 2000,
         token_bytes: STANDARD_TOKEN_BYTES,
-        load_concurrency: 1000,
+        load_concurrency: 100,
         replay_concurrency: 16,
         connections: STANDARD_CONNECTIONS,
     }

@@ -137,6 +137,31 @@ impl<T: Send + Sync + 'static> super::Producer for LiveProducer<T> {
         Ok(1)
     }
 
+    /// Queues every token before waiting for any commit, so group commit can batch them.
+    async fn load(&mut self, tokens: Vec<String>) -> Result<u64> {
+        let mut pending = Vec::with_capacity(tokens.len());
+        for text in tokens {
+            let (done, committed) = oneshot::channel();
+            let write = Write::Token {
+                recording: self.recording.clone(),
+                seq: self.next_seq,
+                text,
+                done,
+            };
+            self.writes
+                .send(write)
+                .await
+                .map_err(|_| anyhow!("commit thread stopped"))?;
+            self.next_seq += 1;
+            pending.push(committed);
+        }
+        let count = pending.len() as u64;
+        for committed in pending {
+            committed.await?.map_err(|e| anyhow!(e))?;
+        }
+        Ok(count)
+    }
+
     async fn finish(self) -> Result<u64> {
         let (done, committed) = oneshot::channel();
         let write = Write::End {

@@ -58,6 +58,18 @@ pub trait Producer: Send + 'static {
 
     /// Completes the recording; returns how many tokens this call confirmed as stored.
     fn finish(self) -> impl Future<Output = Result<u64>> + Send;
+
+    /// Sends many tokens as fast as the target's client allows (pipelined where it can be),
+    /// to load data that is then read back; returns how many were confirmed as stored.
+    fn load(&mut self, tokens: Vec<String>) -> impl Future<Output = Result<u64>> + Send {
+        async move {
+            let mut acked = 0;
+            for token in tokens {
+                acked += self.send(token).await?;
+            }
+            Ok(acked)
+        }
+    }
 }
 
 /// One live reader of a recording.

@@ -6,7 +6,6 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use redis::aio::MultiplexedConnection;
-use redis::streams::{StreamId, StreamRangeReply, StreamReadReply};
 use redis::{AsyncConnectionConfig, Client, Value};
 
 use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
@@ -139,7 +138,7 @@ impl Target for RedisStreams {
         let mut start = "-".to_string();
         let mut bytes = 0;
         loop {
-            let reply: StreamRangeReply = redis::cmd("XRANGE")
+            let reply: Value = redis::cmd("XRANGE")
                 .arg(&key)
                 .arg(&start)
                 .arg("+")
@@ -147,15 +146,15 @@ impl Target for RedisStreams {
                 .arg(READ_COUNT)
                 .query_async(&mut conn)
                 .await?;
+            let entries = array(&reply)?;
             let mut data = Vec::new();
-            let ended = collect(&reply.ids, &mut data)?;
+            let mut last_id = String::new();
+            let ended = collect(entries, &mut data, &mut last_id)?;
             bytes += data.len() as u64;
-            match reply.ids.last() {
-                Some(last) if !ended && reply.ids.len() == READ_COUNT => {
-                    start = format!("({}", last.id);
-                }
-                _ => return Ok(bytes),
+            if ended || entries.len() < READ_COUNT {
+                return Ok(bytes);
             }
+            start = format!("({last_id}");
         }
     }
 
@@ -168,16 +167,34 @@ impl Target for RedisStreams {
     }
 }
 
-/// Appends each entry's token to `out`; true once the completion marker was seen.
-fn collect(ids: &[StreamId], out: &mut Vec<u8>) -> Result<bool> {
-    for entry in ids {
-        if let Some(value) = entry.map.get("t") {
-            match value {
-                Value::BulkString(token) => out.extend_from_slice(token),
-                other => bail!("unexpected token value {other:?}"),
-            }
-        } else if entry.map.contains_key("end") {
-            return Ok(true);
+fn array(value: &Value) -> Result<&[Value]> {
+    match value {
+        Value::Array(items) => Ok(items),
+        other => bail!("expected an array, got {other:?}"),
+    }
+}
+
+fn bulk(value: &Value) -> Result<&[u8]> {
+    match value {
+        Value::BulkString(bytes) => Ok(bytes),
+        other => bail!("expected a bulk string, got {other:?}"),
+    }
+}
+
+/// Appends the tokens of stream entries (`[id, [field, value, ...]]` each, as `XRANGE` and
+/// `XREAD` return them) to `out` and sets `last_id`; true once the completion marker was seen.
+/// Parsed from the raw reply: the client's typed stream replies cost more than Redis itself.
+fn collect(entries: &[Value], out: &mut Vec<u8>, last_id: &mut String) -> Result<bool> {
+    for entry in entries {
+        let [id, fields] = array(entry)? else {
+            bail!("malformed stream entry {entry:?}");
+        };
+        let id = bulk(id)?;
+        *last_id = String::from_utf8_lossy(id).into_owned();
+        match array(fields)? {
+            [field, value] if bulk(field)? == b"t" => out.extend_from_slice(bulk(value)?),
+            [field, _] if bulk(field)? == b"end" => return Ok(true),
+            other => bail!("unexpected stream fields {other:?}"),
         }
     }
     Ok(false)
@@ -199,6 +216,21 @@ impl super::Producer for RedisProducer {
             .query_async(&mut self.conn)
             .await?;
         Ok(1)
+    }
+
+    /// One pipeline of `XADD`s: a single round trip.
+    async fn load(&mut self, tokens: Vec<String>) -> Result<u64> {
+        let mut pipe = redis::pipe();
+        for token in &tokens {
+            pipe.cmd("XADD")
+                .arg(&self.key)
+                .arg("*")
+                .arg("t")
+                .arg(token.as_bytes())
+                .ignore();
+        }
+        let () = pipe.query_async(&mut self.conn).await?;
+        Ok(tokens.len() as u64)
     }
 
     async fn finish(mut self) -> Result<u64> {
@@ -224,7 +256,7 @@ pub struct RedisSubscriber {
 impl super::Subscriber for RedisSubscriber {
     async fn next(&mut self) -> Result<Option<Vec<u8>>> {
         while !self.ended {
-            let reply: Option<StreamReadReply> = redis::cmd("XREAD")
+            let reply: Value = redis::cmd("XREAD")
                 .arg("COUNT")
                 .arg(READ_COUNT)
                 .arg("BLOCK")
@@ -234,13 +266,16 @@ impl super::Subscriber for RedisSubscriber {
                 .arg(&self.last_id)
                 .query_async(&mut self.conn)
                 .await?;
-            let Some(reply) = reply else { continue };
+            if reply == Value::Nil {
+                continue;
+            }
+            // `[[key, entries]]`: one stream was asked for.
             let mut data = Vec::new();
-            for key in &reply.keys {
-                self.ended |= collect(&key.ids, &mut data)?;
-                if let Some(last) = key.ids.last() {
-                    self.last_id.clone_from(&last.id);
-                }
+            for stream in array(&reply)? {
+                let [_key, entries] = array(stream)? else {
+                    bail!("malformed XREAD reply {stream:?}");
+                };
+                self.ended |= collect(array(entries)?, &mut data, &mut self.last_id)?;
             }
             if !data.is_empty() {
                 return Ok(Some(data));

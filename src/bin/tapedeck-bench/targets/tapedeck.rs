@@ -8,14 +8,14 @@ use anyhow::{Context, Result, anyhow, bail};
 use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
 use tapedeck::pb::response_resumer_service_client::ResponseResumerServiceClient;
 use tapedeck::pb::{
-    RecordRequest, RecordResponse, RecordStatus, ReplayRequest, ReplayResponse,
-    StreamResponseTokenRequest, StreamResponseTokenResponse,
+    CheckRecordingsRequest, RecordRequest, RecordResponse, RecordStatus, ReplayRequest,
+    ReplayResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
 use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
+use tonic::Streaming;
 use tonic::transport::{Channel, Endpoint};
-use tonic::{Code, Streaming};
 
 use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
 
@@ -155,29 +155,36 @@ impl Target for Tapedeck {
 
     async fn subscribe(&self, lane: usize, name: &str) -> Result<TapedeckSubscriber> {
         let mut client = ResponseRecorderServiceClient::new(self.channel(lane));
-        let request = ReplayRequest {
-            conversation_id: name.as_bytes().to_vec(),
-            resume_offset: 0,
-        };
-        // The recording becomes replayable once its start is committed, a moment after the
-        // producer's call opened.
+        let id = name.as_bytes().to_vec();
+        // Wait until the recording is registered as live before replaying it. A Replay that
+        // arrives while its start is being committed can find no live tape yet but already a
+        // `recording` row, and then spins forever in `Replay::next` (server bug, reported);
+        // once CheckRecordings lists the id, Replay attaches to the live tape.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
-            match client.replay(request.clone()).await {
-                Ok(response) => {
-                    return Ok(TapedeckSubscriber {
-                        stream: response.into_inner(),
-                    });
-                }
-                Err(status)
-                    if status.code() == Code::NotFound
-                        && tokio::time::Instant::now() < deadline =>
-                {
-                    tokio::time::sleep(std::time::Duration::from_millis(1)).await;
-                }
-                Err(status) => return Err(status.into()),
+            let live = client
+                .check_recordings(CheckRecordingsRequest {
+                    conversation_ids: vec![id.clone()],
+                })
+                .await?
+                .into_inner()
+                .conversation_ids;
+            if !live.is_empty() {
+                break;
             }
+            if tokio::time::Instant::now() > deadline {
+                bail!("recording {name} did not become live");
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(1)).await;
         }
+        let stream = client
+            .replay(ReplayRequest {
+                conversation_id: id,
+                resume_offset: 0,
+            })
+            .await?
+            .into_inner();
+        Ok(TapedeckSubscriber { stream })
     }
 
     async fn replay(&self, lane: usize, name: &str) -> Result<u64> {
