@@ -7,8 +7,9 @@ mod resumer;
 pub use recorder::RecorderService;
 pub use resumer::ResumerService;
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
+use std::pin::Pin;
+
+use futures::Stream;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status};
 
@@ -16,8 +17,8 @@ use crate::error::Error;
 use crate::id::ConversationId;
 use crate::recorder::{Piece, Recorder, Replay};
 
-/// Messages a replay may run ahead of a slow client before it waits for the client to read.
-const REPLAY_BUFFER: usize = 2;
+/// A replay's messages, pulled by the transport one at a time.
+pub type ReplayStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// Trailer naming how the replayed recording ended.
 pub const STATUS_TRAILER: &str = "tapedeck-status";
@@ -32,40 +33,60 @@ fn parse_id(raw: &[u8]) -> Result<ConversationId, Status> {
     Ok(ConversationId::parse(raw)?)
 }
 
+/// The status for a request stream that failed to deliver its next message. The transport
+/// refuses a message over its size limit with `OUT_OF_RANGE`; to the producer that is a chunk
+/// over its limit, which DESIGN.md answers with `RESOURCE_EXHAUSTED`.
+fn incoming_error(status: Status) -> Status {
+    if status.code() == Code::OutOfRange {
+        return Status::resource_exhausted(format!(
+            "request message too large ({}); keep chunks within --max-chunk-bytes",
+            status.message()
+        ));
+    }
+    status
+}
+
 /// A resume offset from the wire, which carries it signed.
 fn parse_offset(raw: i64) -> Result<u64, Status> {
     u64::try_from(raw).map_err(|_| Error::NegativeOffset { offset: raw }.into())
 }
 
-/// Opens a replay and streams it on a task of its own: each piece becomes a message made by
-/// `message`; the end is an OK status carrying the `tapedeck-*` trailers.
+/// Size of a replay's first message; each next one is twice as large, up to 64 KiB. A client
+/// that reads gets full-sized messages after five; one that never reads pins only this much.
+const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
+
+/// Opens a replay as a stream of messages made by `message`, ending with an OK status that
+/// carries the `tapedeck-*` trailers.
+///
+/// Nothing is read ahead: the next piece is read when the transport asks for it, which it does
+/// once the previous one is on its way to the client. Together with the small first message
+/// this bounds what a replay nobody reads holds in memory to a few KiB, however many there are;
+/// a replay the client abandons is dropped with its stream.
 async fn stream_replay<T: Send + 'static>(
     recorder: &Recorder,
     id: &ConversationId,
     offset: u64,
     message: fn(Piece) -> T,
-) -> Result<ReceiverStream<Result<T, Status>>, Status> {
-    let mut replay = recorder.replay(id, offset).await?;
-    let (tx, rx) = mpsc::channel(REPLAY_BUFFER);
-    tokio::spawn(async move {
-        loop {
-            let next = tokio::select! {
-                next = replay.next() => next,
-                // The client went away: stop reading for it.
-                () = tx.closed() => return,
-            };
-            let item = match next {
-                Ok(Some(piece)) => Ok(message(piece)),
-                Ok(None) => Err(end_status(&replay)),
-                Err(err) => Err(Status::from(err)),
-            };
-            let last = item.is_err();
-            if tx.send(item).await.is_err() || last {
-                return;
-            }
-        }
-    });
-    Ok(ReceiverStream::new(rx))
+) -> Result<ReplayStream<T>, Status> {
+    let replay = recorder.replay(id, offset).await?;
+    let stream = futures::stream::unfold(
+        Some((replay, FIRST_MESSAGE_BYTES)),
+        move |state| async move {
+            let (mut replay, size) = state?;
+            // Lets the encoder send what it holds before this piece is read: it would otherwise
+            // keep pulling pieces until it has 32 KiB to send.
+            tokio::task::yield_now().await;
+            Some(match replay.next_up_to(size).await {
+                Ok(Some(piece)) => {
+                    let next_size = (size * 2).min(crate::recorder::MAX_MESSAGE_BYTES);
+                    (Ok(message(piece)), Some((replay, next_size)))
+                }
+                Ok(None) => (Err(end_status(&replay)), None),
+                Err(err) => (Err(Status::from(err)), None),
+            })
+        },
+    );
+    Ok(Box::pin(stream))
 }
 
 /// The OK status that ends a replay, with its terminal state in trailers.

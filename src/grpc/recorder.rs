@@ -1,8 +1,7 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
-use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{parse_id, parse_offset, stream_replay};
+use super::{ReplayStream, incoming_error, parse_id, parse_offset, stream_replay};
 use crate::pb::response_recorder_service_server::ResponseRecorderService;
 use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
@@ -31,7 +30,7 @@ impl ResponseRecorderService for RecorderService {
         request: Request<Streaming<RecordRequest>>,
     ) -> Result<Response<RecordResponse>, Status> {
         let mut stream = request.into_inner();
-        let Some(first) = stream.message().await? else {
+        let Some(first) = stream.message().await.map_err(incoming_error)? else {
             return Err(crate::Error::MissingConversationId.into());
         };
         let id = parse_id(&first.conversation_id)?;
@@ -41,7 +40,7 @@ impl ResponseRecorderService for RecorderService {
             .map(Response::new)
     }
 
-    type ReplayStream = ReceiverStream<Result<ReplayResponse, Status>>;
+    type ReplayStream = ReplayStream<ReplayResponse>;
 
     async fn replay(
         &self,
@@ -102,6 +101,7 @@ async fn record_stream(
                     Ok(Some(message)) => message,
                     Ok(None) => break,
                     Err(status) => {
+                        let status = incoming_error(status);
                         producer.interrupt(format!("producer stream failed: {}", status.message())).await;
                         return Err(status);
                     }

@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{parse_id, parse_offset, stream_replay};
+use super::{ReplayStream, incoming_error, parse_id, parse_offset, stream_replay};
 use crate::pb::response_resumer_service_server::ResponseResumerService;
 use crate::pb::{
     CancelResponseRequest, CancelResponseResponse, CheckConversationsRequest,
@@ -62,7 +62,7 @@ impl ResponseResumerService for ResumerService {
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 
-    type ReplayResponseTokensStream = ReceiverStream<Result<ReplayResponseTokensResponse, Status>>;
+    type ReplayResponseTokensStream = ReplayStream<ReplayResponseTokensResponse>;
 
     async fn replay_response_tokens(
         &self,
@@ -111,7 +111,7 @@ async fn start_producer(
     recorder: &Recorder,
     requests: &mut Streaming<StreamResponseTokenRequest>,
 ) -> Result<(Producer, StreamResponseTokenRequest), Status> {
-    let Some(first) = requests.message().await? else {
+    let Some(first) = requests.message().await.map_err(incoming_error)? else {
         return Err(crate::Error::MissingConversationId.into());
     };
     let id = parse_id(&first.conversation_id)?;
@@ -167,7 +167,14 @@ async fn stream_tokens(
                 Ok(Some(message)) => next = Some(message),
                 Ok(None) => input_open = false,
                 Err(status) => {
+                    let status = incoming_error(status);
                     producer.interrupt(format!("producer stream failed: {}", status.message())).await;
+                    // If the producer is still there to hear it: the acks it is owed, then why
+                    // its stream ended.
+                    while let Some(response) = pending.next().await {
+                        let _ = responses.send(Ok(response)).await;
+                    }
+                    let _ = responses.send(Err(status)).await;
                     return;
                 }
             },

@@ -98,6 +98,13 @@ impl Replay {
     /// Fails with `OffsetOutOfRange` / `OffsetInsideCharacter` for a resume offset that turned
     /// out bad once the recording grew or ended, or a storage error.
     pub async fn next(&mut self) -> Result<Option<Piece>> {
+        self.next_up_to(MAX_MESSAGE_BYTES).await
+    }
+
+    /// As [`next`](Self::next), with messages of at most `max_bytes` (clamped to 4 bytes ..=
+    /// [`MAX_MESSAGE_BYTES`], so that any UTF-8 character fits).
+    pub async fn next_up_to(&mut self, max_bytes: usize) -> Result<Option<Piece>> {
+        let max_bytes = max_bytes.clamp(4, MAX_MESSAGE_BYTES);
         loop {
             if self.ended.is_some() {
                 return Ok(None);
@@ -111,8 +118,10 @@ impl Replay {
                 }
             }
             if self.pending_seek.is_none() && self.next_index < progress.chunks {
-                match self.read_from(self.next_index).await {
-                    Ok(chunks) if !chunks.is_empty() => return Ok(Some(self.coalesce(&chunks)?)),
+                match self.read_from(self.next_index, max_bytes).await {
+                    Ok(chunks) if !chunks.is_empty() => {
+                        return Ok(Some(self.coalesce(&chunks, max_bytes)?));
+                    }
                     Ok(_) => {}
                     // The conversation was re-recorded under us: this recording is gone.
                     Err(Error::Superseded | Error::RecordingNotFound { .. }) => {
@@ -186,7 +195,7 @@ impl Replay {
             }
         };
         self.next_index = index;
-        let chunk = self.read_from(index).await?;
+        let chunk = self.read_from(index, 1).await?;
         let first = chunk
             .first()
             .ok_or_else(|| Error::Corrupt("located chunk is missing".into()))?;
@@ -208,20 +217,20 @@ impl Replay {
 
     /// Committed chunks from `index` on: from the live tail when it still holds them, else
     /// from the store.
-    async fn read_from(&self, index: u64) -> Result<Vec<Chunk>> {
+    async fn read_from(&self, index: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
         if let Some(chunks) = self.tail_chunks(index)
             && !chunks.is_empty()
         {
             return Ok(chunks);
         }
         self.store
-            .read_chunks(self.key, self.generation, index, MAX_MESSAGE_BYTES)
+            .read_chunks(self.key, self.generation, index, max_bytes)
             .await
     }
 
     /// Joins chunks, from the current position, into one message of at most
-    /// [`MAX_MESSAGE_BYTES`], splitting a large chunk at a character boundary.
-    fn coalesce(&mut self, chunks: &[Chunk]) -> Result<Piece> {
+    /// `max_bytes`, splitting a large chunk at a character boundary.
+    fn coalesce(&mut self, chunks: &[Chunk], max_bytes: usize) -> Result<Piece> {
         let mut text = String::new();
         let from = self.next_index;
         for chunk in chunks.iter().filter(|c| c.index >= from) {
@@ -229,7 +238,7 @@ impl Replay {
             let rest = chunk.text.get(skip..).ok_or(Error::OffsetInsideCharacter {
                 offset: self.position,
             })?;
-            let room = MAX_MESSAGE_BYTES - text.len();
+            let room = max_bytes - text.len();
             if rest.len() <= room {
                 text.push_str(rest);
                 self.position = chunk.end();
@@ -240,7 +249,7 @@ impl Replay {
                 self.position += cut as u64;
                 break;
             }
-            if text.len() == MAX_MESSAGE_BYTES {
+            if text.len() == max_bytes {
                 break;
             }
         }
