@@ -1,0 +1,624 @@
+//! Crash torture of the real binary: producers on both APIs and live readers run against it,
+//! it is SIGKILLed at a random moment, restarted on the same data dir, and every recording is
+//! checked: each acknowledged byte (and each byte a reader saw) is replayed, the replay is a
+//! prefix of what was sent, recordings that were live come back `interrupted` and are not
+//! live, an accepted cancel stays `cancelled`, and every replay ends promptly.
+//!
+//! `cargo test` runs [`CI_CYCLES`] cycles. `TAPEDECK_TORTURE_CYCLES=500` runs more, and
+//! `TAPEDECK_TORTURE_SEED` replays a given run.
+mod common;
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::*;
+use tapedeck::pb::{
+    CancelRecordRequest, CheckRecordingsRequest, RecordRequest, RecordStatus,
+    StreamResponseTokenRequest,
+};
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::Code;
+
+/// Cycles run by `cargo test`.
+const CI_CYCLES: u64 = 20;
+/// Most producers in one cycle; each records one conversation after another until the kill.
+const MAX_PRODUCERS: u64 = 12;
+/// How long one replay may take to reach its end after a restart.
+const REPLAY_DEADLINE: Duration = Duration::from_secs(5);
+/// Older recordings re-checked after each restart, besides the previous cycle's.
+const OLDER_SAMPLE: usize = 8;
+
+/// xorshift64*: small, seedable, good enough to pick kill moments and token sizes.
+#[derive(Clone)]
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d)
+    }
+
+    /// Uniform in `0..n` (n > 0).
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+
+    fn chance(&mut self, percent: u64) -> bool {
+        self.below(100) < percent
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Api {
+    Current,
+    Legacy,
+}
+
+/// What the test knows about one recording when the server dies.
+#[derive(Debug)]
+struct Tracked {
+    id: Vec<u8>,
+    api: Api,
+    /// Everything handed to the request stream, in order.
+    sent: String,
+    /// Bytes the server acknowledged as committed.
+    acked: u64,
+    /// The longest text a live replay of it received before the kill.
+    seen: String,
+    complete_sent: bool,
+    /// The server said it is completed (SUCCESS, or the legacy stream closed after `complete`).
+    completed: bool,
+    /// A cancel of it was accepted.
+    cancelled: bool,
+}
+
+impl Tracked {
+    fn new(id: Vec<u8>, api: Api) -> Self {
+        Self {
+            id,
+            api,
+            sent: String::new(),
+            acked: 0,
+            seen: String::new(),
+            complete_sent: false,
+            completed: false,
+            cancelled: false,
+        }
+    }
+}
+
+type Ledger = Arc<Mutex<Vec<Tracked>>>;
+
+/// Counts acknowledgements, so the kill can wait for a random number of them.
+#[derive(Default)]
+struct Progress {
+    events: AtomicU64,
+    changed: Notify,
+}
+
+impl Progress {
+    fn bump(&self) {
+        self.events.fetch_add(1, Ordering::SeqCst);
+        self.changed.notify_waiters();
+    }
+
+    /// Waits until `target` events happened (or `limit` passed: the kill then comes anyway).
+    async fn reach(&self, target: u64, limit: Duration) {
+        let _ = tokio::time::timeout(limit, async {
+            loop {
+                let notified = self.changed.notified();
+                if self.events.load(Ordering::SeqCst) >= target {
+                    return;
+                }
+                notified.await;
+            }
+        })
+        .await;
+    }
+}
+
+fn token_text(rng: &mut Rng, n: u64) -> String {
+    let base = match rng.below(10) {
+        0 => format!("«{n}»é"),
+        1 => "日本語🎉".repeat(1 + rng.below(30) as usize),
+        2 => "x".repeat(1 + rng.below(8000) as usize),
+        _ => format!("t{n} "),
+    };
+    base
+}
+
+/// Changes entry `index`; a no-op once the cycle has taken the ledger away.
+fn update(ledger: &Ledger, index: usize, change: impl FnOnce(&mut Tracked)) {
+    if let Some(tracked) = ledger.lock().unwrap().get_mut(index) {
+        change(tracked);
+    }
+}
+
+fn track(ledger: &Ledger, tracked: Tracked) -> usize {
+    let mut ledger = ledger.lock().unwrap();
+    ledger.push(tracked);
+    ledger.len() - 1
+}
+
+/// Records on the current API: one conversation after another, each completed after a random
+/// number of tokens. SUCCESS acknowledges the whole recording.
+async fn current_producer(
+    client: RecorderClient,
+    name: String,
+    mut rng: Rng,
+    ledger: Ledger,
+    progress: Arc<Progress>,
+) {
+    for round in 0.. {
+        let id = format!("{name}-r{round}").into_bytes();
+        let index = track(&ledger, Tracked::new(id.clone(), Api::Current));
+        let (tx, rx) = mpsc::channel(16);
+        let mut call = client.clone();
+        let answer = tokio::spawn(async move { call.record(ReceiverStream::new(rx)).await });
+        let first = RecordRequest {
+            conversation_id: id,
+            ..Default::default()
+        };
+        if tx.send(first).await.is_err() {
+            return;
+        }
+        let tokens = 1 + rng.below(60);
+        for n in 0..tokens {
+            let text = token_text(&mut rng, n);
+            update(&ledger, index, |t| t.sent.push_str(&text));
+            let message = RecordRequest {
+                content: text,
+                ..Default::default()
+            };
+            if tx.send(message).await.is_err() {
+                break;
+            }
+        }
+        update(&ledger, index, |t| t.complete_sent = true);
+        let complete = RecordRequest {
+            complete: true,
+            ..Default::default()
+        };
+        let _ = tx.send(complete).await;
+        match answer.await.unwrap() {
+            Ok(response) if response.get_ref().status == RecordStatus::Success as i32 => {
+                update(&ledger, index, |t| {
+                    t.completed = true;
+                    t.acked = t.sent.len() as u64;
+                });
+                progress.bump();
+            }
+            Ok(response) if response.get_ref().status == RecordStatus::Cancelled as i32 => {}
+            // Anything else means the server went away.
+            _ => return,
+        }
+    }
+}
+
+/// Records on the legacy API, pipelining tokens; each ack carries the committed length.
+async fn legacy_producer(
+    client: ResumerClient,
+    name: String,
+    mut rng: Rng,
+    ledger: Ledger,
+    progress: Arc<Progress>,
+) {
+    for round in 0.. {
+        let id = format!("{name}-r{round}").into_bytes();
+        let index = track(&ledger, Tracked::new(id.clone(), Api::Legacy));
+        let tokens = 1 + rng.below(60);
+        let mut requests = Vec::new();
+        for n in 0..tokens {
+            let text = token_text(&mut rng, n);
+            requests.push(StreamResponseTokenRequest {
+                conversation_id: if n == 0 { id.clone() } else { Vec::new() },
+                token: text,
+                complete: n + 1 == tokens,
+            });
+        }
+        let (tx, rx) = mpsc::channel(8);
+        let opened = client
+            .clone()
+            .stream_response_tokens(ReceiverStream::new(rx))
+            .await;
+        let Ok(acks) = opened else { return };
+        let mut acks = acks.into_inner();
+        let sender = {
+            let ledger = ledger.clone();
+            tokio::spawn(async move {
+                for request in requests {
+                    let complete = request.complete;
+                    let text = request.token.clone();
+                    update(&ledger, index, |t| t.sent.push_str(&text));
+                    if tx.send(request).await.is_err() {
+                        return;
+                    }
+                    if complete {
+                        update(&ledger, index, |t| t.complete_sent = true);
+                    }
+                }
+                // Keeps the request stream open until the server closes the call.
+                tx.closed().await;
+            })
+        };
+        let mut cancelled = false;
+        let ended = loop {
+            match acks.message().await {
+                Ok(Some(ack)) if ack.cancel_requested => cancelled = true,
+                Ok(Some(ack)) if ack.success => {
+                    update(&ledger, index, |t| {
+                        t.acked = t.acked.max(ack.current_offset as u64)
+                    });
+                    progress.bump();
+                }
+                // Refused: a token that arrived after a cancel. Not acknowledged.
+                Ok(Some(_)) => {}
+                Ok(None) => break true,
+                Err(_) => break false,
+            }
+        };
+        sender.abort();
+        if !ended {
+            return;
+        }
+        if !cancelled {
+            update(&ledger, index, |t| {
+                assert!(t.complete_sent, "stream closed before `complete`");
+                t.completed = true;
+            });
+        }
+    }
+}
+
+/// Follows recordings live as they start, keeping what it saw.
+async fn reader(client: RecorderClient, ledger: Ledger, index: usize) {
+    let id = ledger.lock().unwrap()[index].id.clone();
+    let mut stream = loop {
+        match replay_from(&client, &id, 0).await {
+            Ok(stream) => break stream,
+            Err(status) if status.code() == Code::NotFound => tokio::task::yield_now().await,
+            Err(_) => return,
+        }
+    };
+    while let Ok(Some(message)) = stream.message().await {
+        update(&ledger, index, |t| t.seen.push_str(&message.content));
+    }
+}
+
+/// Cancels a random live recording now and then; remembers the accepted ones.
+async fn canceller(client: RecorderClient, mut rng: Rng, ledger: Ledger, progress: Arc<Progress>) {
+    loop {
+        let target = progress.events.load(Ordering::SeqCst) + 5 + rng.below(40);
+        progress.reach(target, Duration::from_secs(5)).await;
+        let candidate = {
+            let ledger = ledger.lock().unwrap();
+            let open: Vec<usize> = (0..ledger.len())
+                .filter(|&i| !ledger[i].completed && !ledger[i].cancelled)
+                .collect();
+            if open.is_empty() {
+                continue;
+            }
+            open[rng.below(open.len() as u64) as usize]
+        };
+        let id = ledger.lock().unwrap()[candidate].id.clone();
+        match client
+            .clone()
+            .cancel(CancelRecordRequest {
+                conversation_id: id,
+            })
+            .await
+        {
+            Ok(answer) if answer.get_ref().accepted => {
+                update(&ledger, candidate, |t| t.cancelled = true);
+            }
+            Ok(_) => {}
+            Err(_) => return,
+        }
+    }
+}
+
+/// Totals over the whole run.
+#[derive(Default, Debug)]
+struct Totals {
+    recordings: u64,
+    acked_bytes: u64,
+    seen_bytes: u64,
+    replayed_bytes: u64,
+    lost_bytes: u64,
+    hung_replays: u64,
+    not_started: u64,
+    interrupted: u64,
+    completed: u64,
+    cancelled: u64,
+    rechecks: u64,
+}
+
+/// Replays one recording after a restart and checks it against what the test knows.
+async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals) {
+    let opened = tokio::time::timeout(REPLAY_DEADLINE, replay_from(client, &tracked.id, 0)).await;
+    let stream = match opened {
+        Err(_) => {
+            totals.hung_replays += 1;
+            return;
+        }
+        Ok(Err(status)) if status.code() == Code::NotFound => {
+            // Only a recording whose start never committed may be missing.
+            assert!(
+                tracked.acked == 0 && tracked.seen.is_empty() && !tracked.cancelled,
+                "recording lost: {tracked:?}"
+            );
+            totals.not_started += 1;
+            return;
+        }
+        Ok(Err(status)) => panic!("replay of {:?} failed: {status}", tracked.id),
+        Ok(Ok(stream)) => stream,
+    };
+    let read = tokio::time::timeout(REPLAY_DEADLINE, async {
+        let mut stream = stream;
+        let mut text = String::new();
+        while let Some(message) = stream.message().await? {
+            text.push_str(&message.content);
+        }
+        let trailers = stream.trailers().await?.unwrap_or_default();
+        let status = trailers
+            .get("tapedeck-status")
+            .and_then(|v| v.to_str().ok())
+            .map(String::from);
+        Ok::<_, tonic::Status>((text, status))
+    })
+    .await;
+    let (text, status) = match read {
+        Err(_) => {
+            totals.hung_replays += 1;
+            return;
+        }
+        Ok(result) => result.unwrap_or_else(|e| panic!("replay of {:?}: {e}", tracked.id)),
+    };
+    let id = String::from_utf8_lossy(&tracked.id);
+    totals.replayed_bytes += text.len() as u64;
+    totals.lost_bytes += tracked.acked.saturating_sub(text.len() as u64);
+    assert!(
+        text.len() as u64 >= tracked.acked,
+        "{id}: acked {} bytes, replayed {}",
+        tracked.acked,
+        text.len()
+    );
+    assert!(
+        text.starts_with(&tracked.seen),
+        "{id}: a reader saw {} bytes that are not replayed",
+        tracked.seen.len()
+    );
+    assert!(
+        tracked.sent.starts_with(&text),
+        "{id}: replay is not a prefix of what was sent ({} of {} bytes)",
+        text.len(),
+        tracked.sent.len()
+    );
+    let status = status.unwrap_or_default();
+    if tracked.cancelled {
+        assert_eq!(status, "cancelled", "{id}: {tracked:?}");
+        totals.cancelled += 1;
+    } else if tracked.completed {
+        assert_eq!(status, "completed", "{id}");
+        assert_eq!(text, tracked.sent, "{id}: completed but not whole");
+        totals.completed += 1;
+    } else if tracked.complete_sent && status == "completed" {
+        // Completed just before the kill; the answer was lost with the process.
+        assert_eq!(text, tracked.sent, "{id}: completed but not whole");
+        totals.completed += 1;
+    } else if status == "cancelled" {
+        // A cancel committed just before the kill, its answer lost.
+        totals.cancelled += 1;
+    } else {
+        assert_eq!(status, "interrupted", "{id}: was live at the kill");
+        totals.interrupted += 1;
+    }
+}
+
+async fn assert_none_live(client: &RecorderClient, ledger: &[Tracked]) {
+    for ids in ledger.chunks(1000) {
+        let live = client
+            .clone()
+            .check_recordings(CheckRecordingsRequest {
+                conversation_ids: ids.iter().map(|t| t.id.clone()).collect(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .conversation_ids;
+        assert!(live.is_empty(), "still live after restart: {live:?}");
+    }
+}
+
+/// One cycle: load, kill at a random moment, and the ledger of what happened.
+async fn run_cycle(server: BinaryServer, cycle: u64, rng: &mut Rng) -> Vec<Tracked> {
+    let ledger: Ledger = Arc::default();
+    let progress = Arc::new(Progress::default());
+    let current = server.recorder().await;
+    let legacy = server.resumer().await;
+    let mut tasks = tokio::task::JoinSet::new();
+    let producers = 2 + rng.below(MAX_PRODUCERS - 1);
+    for p in 0..producers {
+        let name = format!("c{cycle}-p{p}");
+        let seed = Rng(rng.next() | 1);
+        if rng.chance(50) {
+            let client = current.clone();
+            tasks.spawn(current_producer(
+                client,
+                name,
+                seed,
+                ledger.clone(),
+                progress.clone(),
+            ));
+        } else {
+            let client = legacy.clone();
+            tasks.spawn(legacy_producer(
+                client,
+                name,
+                seed,
+                ledger.clone(),
+                progress.clone(),
+            ));
+        }
+    }
+    let canceller = rng.chance(40).then(|| {
+        let seed = Rng(rng.next() | 1);
+        tokio::spawn(canceller(
+            current.clone(),
+            seed,
+            ledger.clone(),
+            progress.clone(),
+        ))
+    });
+    // Readers follow recordings as the producers start them.
+    let readers = {
+        let (ledger, client, mut rng) = (ledger.clone(), current.clone(), rng.clone());
+        let progress = progress.clone();
+        tokio::spawn(async move {
+            let mut followed = 0;
+            let mut readers = tokio::task::JoinSet::new();
+            loop {
+                let known = ledger.lock().unwrap().len();
+                for index in followed..known {
+                    if rng.chance(50) {
+                        readers.spawn(reader(client.clone(), ledger.clone(), index));
+                    }
+                }
+                followed = known;
+                let target = progress.events.load(Ordering::SeqCst) + 1;
+                tokio::select! {
+                    () = progress.reach(target, Duration::from_millis(50)) => {}
+                    Some(_) = readers.join_next() => {}
+                }
+            }
+        })
+    };
+    // The kill comes after a random number of acknowledgements: sometimes at once.
+    let target = match rng.below(5) {
+        0 => rng.below(5),
+        1 => rng.below(50),
+        2 | 3 => rng.below(500),
+        _ => rng.below(3000),
+    };
+    progress.reach(target, Duration::from_secs(3)).await;
+    server.kill();
+    readers.abort();
+    if let Some(canceller) = canceller {
+        canceller.abort();
+        let _ = canceller.await;
+    }
+    let stopped = tokio::time::timeout(Duration::from_secs(30), async {
+        while tasks.join_next().await.is_some() {}
+    })
+    .await;
+    assert!(
+        stopped.is_ok(),
+        "clients did not notice the kill within 30s"
+    );
+    let _ = readers.await;
+    // Readers still being torn down can no longer write into the ledger once it is taken.
+    std::mem::take(&mut *ledger.lock().unwrap())
+}
+
+fn cycles() -> u64 {
+    std::env::var("TAPEDECK_TORTURE_CYCLES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(CI_CYCLES)
+}
+
+fn seed() -> u64 {
+    std::env::var("TAPEDECK_TORTURE_SEED")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        })
+        | 1
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_bytes_survive_random_sigkills() {
+    let (cycles, seed) = (cycles(), seed());
+    println!("crash torture: {cycles} cycles, TAPEDECK_TORTURE_SEED={seed}");
+    let mut rng = Rng(seed);
+    let dir = tempfile::tempdir().unwrap();
+    let started = Instant::now();
+    let mut totals = Totals::default();
+    let mut history: Vec<Tracked> = Vec::new();
+    let mut server = BinaryServer::spawn(dir.path(), &[]);
+    for cycle in 0..cycles {
+        let ledger = run_cycle(server, cycle, &mut rng).await;
+        server = BinaryServer::spawn(dir.path(), &[]);
+        let client = server.recorder().await;
+        for tracked in &ledger {
+            totals.recordings += 1;
+            totals.acked_bytes += tracked.acked;
+            totals.seen_bytes += tracked.seen.len() as u64;
+            verify(&client, tracked, &mut totals).await;
+        }
+        assert_none_live(&client, &ledger).await;
+        // Earlier recordings are untouched by later crashes.
+        let mut again = Totals::default();
+        for _ in 0..OLDER_SAMPLE.min(history.len()) {
+            let older = &history[rng.below(history.len() as u64) as usize];
+            verify(&client, older, &mut again).await;
+            totals.rechecks += 1;
+        }
+        totals.lost_bytes += again.lost_bytes;
+        totals.hung_replays += again.hung_replays;
+        assert_eq!(totals.hung_replays, 0, "replays hung: {totals:?}");
+        history.extend(ledger);
+        if cycles > CI_CYCLES && (cycle + 1) % 50 == 0 {
+            println!(
+                "  {} cycles in {:.0?}: {totals:?}",
+                cycle + 1,
+                started.elapsed()
+            );
+        }
+    }
+    // A last full pass over everything ever recorded.
+    let client = server.recorder().await;
+    let mut last = Totals::default();
+    for tracked in &history {
+        verify(&client, tracked, &mut last).await;
+    }
+    assert_none_live(&client, &history).await;
+    println!(
+        "crash torture done in {:.1?}: {cycles} SIGKILL cycles, {} recordings ({} current API, \
+         {} legacy), {} acknowledged bytes checked, {} bytes seen by live readers checked, {} \
+         bytes replayed, {} bytes lost, {} replays hung; after restart {} completed, {} \
+         interrupted, {} cancelled, {} never started; {} older recordings re-checked; final \
+         pass over all: {} lost, {} hung",
+        started.elapsed(),
+        totals.recordings,
+        history.iter().filter(|t| t.api == Api::Current).count(),
+        history.iter().filter(|t| t.api == Api::Legacy).count(),
+        totals.acked_bytes,
+        totals.seen_bytes,
+        totals.replayed_bytes,
+        totals.lost_bytes,
+        totals.hung_replays,
+        totals.completed,
+        totals.interrupted,
+        totals.cancelled,
+        totals.not_started,
+        totals.rechecks,
+        last.lost_bytes,
+        last.hung_replays,
+    );
+    assert_eq!(totals.lost_bytes + last.lost_bytes, 0);
+    assert_eq!(totals.hung_replays + last.hung_replays, 0);
+    assert!(
+        totals.acked_bytes > 0,
+        "nothing was acknowledged: {totals:?}"
+    );
+    assert!(server.terminate().await.success());
+}
