@@ -122,13 +122,12 @@ impl Progress {
 }
 
 fn token_text(rng: &mut Rng, n: u64) -> String {
-    let base = match rng.below(10) {
+    match rng.below(10) {
         0 => format!("«{n}»é"),
         1 => "日本語🎉".repeat(1 + rng.below(30) as usize),
         2 => "x".repeat(1 + rng.below(8000) as usize),
         _ => format!("t{n} "),
-    };
-    base
+    }
 }
 
 /// Changes entry `index`; a no-op once the cycle has taken the ledger away.
