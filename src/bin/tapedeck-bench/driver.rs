@@ -70,6 +70,27 @@ fn progress_bar(label: &str, seconds: u64) -> ProgressBar {
     bar
 }
 
+/// Latencies a producer collected: send → subscriber receive, and send → ack (targets that
+/// ack each token).
+struct Latencies {
+    delivery: Histogram<u64>,
+    ack: Histogram<u64>,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Self {
+            delivery: report::histogram(),
+            ack: report::histogram(),
+        }
+    }
+
+    fn add(&mut self, other: &Latencies) {
+        let _ = self.delivery.add(&other.delivery);
+        let _ = self.ack.add(&other.ack);
+    }
+}
+
 /// Runs a live workload against `target`; `label` is `scenario/target` for progress output.
 pub async fn run_live<T: Target>(
     target: Arc<T>,
@@ -79,6 +100,7 @@ pub async fn run_live<T: Target>(
 ) -> Outcome {
     let pid = target.data_pid();
     let written_before = procfs::write_bytes(pid);
+    let cpu_before = Cpu::now(pid);
     let counters = Arc::new(Counters::default());
     let clock = Clock(Instant::now());
     let start = Instant::now();
@@ -125,7 +147,7 @@ pub async fn run_live<T: Target>(
             tag.clone(),
         ));
     }
-    let mut latency = report::histogram();
+    let mut latency = Latencies::new();
     let drained = tokio::time::timeout_at(
         (deadline + DRAIN_LIMIT).into(),
         collect(&mut producers, &mut latency),
@@ -138,6 +160,7 @@ pub async fn run_live<T: Target>(
         ));
     }
     let elapsed = start.elapsed();
+    let cpu = Cpu::now(pid).since(&cpu_before);
     ticker.abort();
     bar.finish_and_clear();
 
@@ -159,7 +182,8 @@ pub async fn run_live<T: Target>(
         acked_tokens: acked,
         elapsed_s: elapsed.as_secs_f64(),
         acked_tokens_per_s: acked as f64 / elapsed.as_secs_f64(),
-        latency: Latency::of(&latency),
+        latency: Latency::of(&latency.delivery),
+        ack_latency: Latency::of(&latency.ack),
         received_tokens: counters.received.load(Ordering::Relaxed),
         expected_received: counters.expected.load(Ordering::Relaxed),
         sequence_errors: counters.sequence_errors.load(Ordering::Relaxed),
@@ -171,15 +195,63 @@ pub async fn run_live<T: Target>(
             .map(|w| w as f64 / acked as f64),
         server_rss_mib: memory.map(|m| m.rss_kib as f64 / 1024.0),
         server_peak_rss_mib: memory.map(|m| m.peak_kib as f64 / 1024.0),
+        server_cpu_us_per_token: cpu.server_us_per(acked),
+        bench_cpu_us_per_token: cpu.bench_us_per(acked),
+        other_processes_cores: cpu.others_cores(elapsed.as_secs_f64()),
         errors: counters.errors.load(Ordering::Relaxed),
         first_error,
     }
 }
 
-async fn collect(producers: &mut JoinSet<Histogram<u64>>, latency: &mut Histogram<u64>) {
+/// CPU used by the server process (if any), by this process, and by the whole machine.
+struct Cpu {
+    server: Option<f64>,
+    bench: Option<f64>,
+    machine: Option<f64>,
+}
+
+impl Cpu {
+    fn now(pid: Option<u32>) -> Cpu {
+        Cpu {
+            server: pid.and_then(|pid| procfs::cpu_seconds(Some(pid))),
+            bench: procfs::cpu_seconds(None),
+            machine: procfs::machine_busy_seconds(),
+        }
+    }
+
+    fn since(&self, before: &Cpu) -> Cpu {
+        let diff = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a - b);
+        Cpu {
+            server: diff(self.server, before.server),
+            bench: diff(self.bench, before.bench),
+            machine: diff(self.machine, before.machine),
+        }
+    }
+
+    /// Cores' worth of CPU that processes other than the bench and its server used over
+    /// `seconds`: how busy the machine was with other work.
+    fn others_cores(&self, seconds: f64) -> Option<f64> {
+        let ours = self.bench.unwrap_or(0.0) + self.server.unwrap_or(0.0);
+        self.machine.map(|m| ((m - ours) / seconds).max(0.0))
+    }
+
+    fn server_us_per(&self, tokens: u64) -> Option<f64> {
+        self.server
+            .filter(|_| tokens > 0)
+            .map(|s| s * 1e6 / tokens as f64)
+    }
+
+    fn bench_us_per(&self, tokens: u64) -> Option<f64> {
+        self.bench
+            .filter(|_| tokens > 0)
+            .map(|s| s * 1e6 / tokens as f64)
+    }
+}
+
+async fn collect(producers: &mut JoinSet<Latencies>, latency: &mut Latencies) {
     while let Some(joined) = producers.join_next().await {
-        if let Ok(histogram) = joined {
-            let _ = latency.add(&histogram);
+        if let Ok(latencies) = joined {
+            latency.add(&latencies);
         }
     }
 }
@@ -193,8 +265,8 @@ async fn produce<T: Target>(
     deadline: Instant,
     counters: Arc<Counters>,
     tag: String,
-) -> Histogram<u64> {
-    let mut latency = report::histogram();
+) -> Latencies {
+    let mut latency = Latencies::new();
     if let Some(rate) = workload.rate {
         // Spread the producers' ticks over one interval instead of all firing together.
         let phase = (id as f64 * 0.618_034).fract() / rate;
@@ -205,9 +277,7 @@ async fn produce<T: Target>(
         let name = format!("{tag}-p{id}-r{n}");
         n += 1;
         match record_one(&*target, id, &name, &workload, clock, deadline, &counters).await {
-            Ok(histogram) => {
-                let _ = latency.add(&histogram);
-            }
+            Ok(latencies) => latency.add(&latencies),
             Err(err) => {
                 counters.error(&err);
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -226,7 +296,8 @@ async fn record_one<T: Target>(
     clock: Clock,
     deadline: Instant,
     counters: &Arc<Counters>,
-) -> Result<Histogram<u64>> {
+) -> Result<Latencies> {
+    let mut latency = Latencies::new();
     let mut producer = target.record(id, name).await?;
     let mut followers = JoinSet::new();
     for s in 0..workload.subscribers {
@@ -264,7 +335,13 @@ async fn record_one<T: Target>(
             break;
         }
         let token = encode_token(clock.ns(sent_at), seq as u32, workload.token_bytes);
+        let sending = Instant::now();
         let acked = producer.send(token).await?;
+        if acked > 0 {
+            latency
+                .ack
+                .saturating_record(sending.elapsed().as_micros() as u64);
+        }
         sent += 1;
         counters.sent.fetch_add(1, Ordering::Relaxed);
         counters.acked.fetch_add(acked, Ordering::Relaxed);
@@ -274,12 +351,11 @@ async fn record_one<T: Target>(
     counters
         .expected
         .fetch_add(sent * workload.subscribers as u64, Ordering::Relaxed);
-    let mut latency = report::histogram();
     let drained = tokio::time::timeout(SUBSCRIBER_LIMIT, async {
         while let Some(joined) = followers.join_next().await {
             match joined {
                 Ok(Ok(histogram)) => {
-                    let _ = latency.add(&histogram);
+                    let _ = latency.delivery.add(&histogram);
                 }
                 Ok(Err(err)) => counters.error(&err.context("subscriber")),
                 Err(err) => counters.error(&anyhow!("subscriber task failed: {err}")),
@@ -338,6 +414,7 @@ pub async fn run_replay<T: Target>(
     let tag = run_tag();
     let clock = Clock(Instant::now());
     let written_before = procfs::write_bytes(pid);
+    let cpu_before = Cpu::now(pid);
 
     // Load: `load_concurrency` producers, closed loop, each recording whole recordings.
     let bar = progress_bar(&format!("{scenario}/{target_name} load"), 0);
@@ -398,6 +475,7 @@ pub async fn run_replay<T: Target>(
     let written = procfs::write_bytes(pid)
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
+    let cpu = Cpu::now(pid).since(&cpu_before);
 
     // Replay: `replay_concurrency` readers, each taking the next recording.
     let expected = (workload.tokens_per_recording * workload.token_bytes) as u64;
@@ -465,6 +543,7 @@ pub async fn run_replay<T: Target>(
         elapsed_s: load_s,
         acked_tokens_per_s: acked as f64 / load_s,
         latency: None,
+        ack_latency: None,
         received_tokens: 0,
         expected_received: 0,
         sequence_errors: 0,
@@ -476,6 +555,9 @@ pub async fn run_replay<T: Target>(
             .map(|w| w as f64 / acked as f64),
         server_rss_mib: memory.map(|m| m.rss_kib as f64 / 1024.0),
         server_peak_rss_mib: memory.map(|m| m.peak_kib as f64 / 1024.0),
+        server_cpu_us_per_token: cpu.server_us_per(acked),
+        bench_cpu_us_per_token: cpu.bench_us_per(acked),
+        other_processes_cores: cpu.others_cores(load_s),
         errors: counters.errors.load(Ordering::Relaxed),
         first_error,
     }

@@ -340,14 +340,26 @@ fn summary_line(o: &Outcome) -> String {
             l.p50_ms, l.p99_ms, l.p999_ms
         ));
     }
+    if let Some(l) = &o.ack_latency {
+        line.push_str(&format!("  ack p50 {:.2} p99 {:.2} ms", l.p50_ms, l.p99_ms));
+    }
     if let Some(mbps) = o.replay_mb_per_s {
         line.push_str(&format!("  replay {mbps:.1} MB/s"));
     }
     if let Some(b) = o.disk_bytes_per_token {
         line.push_str(&format!("  disk {b:.0} B/tok"));
     }
+    if let Some(cpu) = o.server_cpu_us_per_token {
+        line.push_str(&format!("  server cpu {cpu:.1} µs/tok"));
+    }
+    if let Some(cpu) = o.bench_cpu_us_per_token {
+        line.push_str(&format!("  bench cpu {cpu:.1} µs/tok"));
+    }
     if let Some(rss) = o.server_peak_rss_mib {
         line.push_str(&format!("  rss {rss:.0} MiB"));
+    }
+    if let Some(others) = o.other_processes_cores {
+        line.push_str(&format!("  others {others:.2} cores"));
     }
     if o.errors > 0 {
         line.push_str(&format!("  errors {}", o.errors));

@@ -16,6 +16,34 @@ pub fn write_bytes(pid: Option<u32>) -> Option<u64> {
     field(&text, "write_bytes:")
 }
 
+/// CPU time (user + system) the process has used so far, in seconds.
+pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+    let text = std::fs::read_to_string(path(pid, "stat")).ok()?;
+    // Fields after the command name, which is in parentheses and may hold spaces.
+    let rest = &text[text.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    // utime and stime are fields 14 and 15 of the whole line, 12 and 13 after the name.
+    let ticks: u64 = fields.get(11)?.parse::<u64>().ok()? + fields.get(12)?.parse::<u64>().ok()?;
+    Some(ticks as f64 / CLOCK_TICKS_PER_SECOND)
+}
+
+/// CPU time every process on the machine has used so far (all but idle and I/O wait), in
+/// seconds summed over cores.
+pub fn machine_busy_seconds() -> Option<f64> {
+    let text = std::fs::read_to_string("/proc/stat").ok()?;
+    let line = text.lines().next()?.strip_prefix("cpu ")?;
+    let ticks: Vec<u64> = line
+        .split_whitespace()
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal [guest guest_nice, already in user/nice]
+    let busy: u64 = ticks.iter().take(8).sum::<u64>() - ticks.get(3)? - ticks.get(4)?;
+    Some(busy as f64 / CLOCK_TICKS_PER_SECOND)
+}
+
+/// `sysconf(_SC_CLK_TCK)` on Linux, a kernel ABI constant.
+const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
+
 /// Resident memory now and at its peak, in KiB.
 #[derive(Debug, Clone, Copy)]
 pub struct Memory {
@@ -45,6 +73,8 @@ mod tests {
     #[test]
     fn reads_this_process() {
         assert!(write_bytes(None).is_some());
+        assert!(cpu_seconds(None).is_some());
+        assert!(machine_busy_seconds().is_some());
         let memory = memory(None).unwrap();
         assert!(memory.rss_kib > 0 && memory.peak_kib >= memory.rss_kib);
     }

@@ -57,6 +57,8 @@ pub struct Outcome {
     pub acked_tokens_per_s: f64,
     /// Producer send (scheduled time, in open loop) → subscriber receive.
     pub latency: Option<Latency>,
+    /// Producer send → ack, for targets that ack every token.
+    pub ack_latency: Option<Latency>,
     /// Tokens subscribers received, and how many they should have.
     pub received_tokens: u64,
     pub expected_received: u64,
@@ -74,6 +76,14 @@ pub struct Outcome {
     pub server_rss_mib: Option<f64>,
     /// Peak resident memory (VmHWM) of the server process, in MiB.
     pub server_peak_rss_mib: Option<f64>,
+    /// CPU time of the process owning the data per acked token, in µs (server processes only).
+    pub server_cpu_us_per_token: Option<f64>,
+    /// CPU time of this process (the load generator, plus the store for in-process targets)
+    /// per acked token, in µs.
+    pub bench_cpu_us_per_token: Option<f64>,
+    /// Cores' worth of CPU used by other processes on the machine during the phase (during
+    /// loading, for replay): a busy machine makes every number worse.
+    pub other_processes_cores: Option<f64>,
     pub errors: u64,
     pub first_error: Option<String>,
 }
@@ -108,6 +118,11 @@ const MEASURES: &[Measure] = &[
         value: |o| o.latency.as_ref().map(|l| l.p999_ms),
     },
     Measure {
+        name: "ack p99 ms",
+        higher_better: false,
+        value: |o| o.ack_latency.as_ref().map(|l| l.p99_ms),
+    },
+    Measure {
         name: "replay MB/s",
         higher_better: true,
         value: |o| o.replay_mb_per_s,
@@ -116,6 +131,11 @@ const MEASURES: &[Measure] = &[
         name: "disk B/tok",
         higher_better: false,
         value: |o| o.disk_bytes_per_token,
+    },
+    Measure {
+        name: "server CPU µs/tok",
+        higher_better: false,
+        value: |o| o.server_cpu_us_per_token,
     },
     Measure {
         name: "peak RSS MiB",
@@ -151,8 +171,8 @@ pub fn tables(outcomes: &[Outcome]) -> String {
             let _ = write!(header, " {} |", m.name);
             rule.push_str("---:|");
         }
-        header.push_str(" delivered | errors |");
-        rule.push_str("---:|---:|");
+        header.push_str(" delivered | errors | others' CPU |");
+        rule.push_str("---:|---:|---:|");
         let _ = writeln!(out, "{header}\n{rule}");
         for o in &rows {
             let mut line = format!("| {}{} |", o.target, if o.durable_acks { "" } else { "*" });
@@ -169,7 +189,10 @@ pub fn tables(outcomes: &[Outcome]) -> String {
                 };
                 format!("{}/{}{gaps}", o.received_tokens, o.expected_received)
             };
-            let _ = writeln!(line, " {delivered} | {} |", o.errors);
+            let others = o
+                .other_processes_cores
+                .map_or("-".to_string(), |c| format!("{c:.2} cores"));
+            let _ = writeln!(line, " {delivered} | {} | {others} |", o.errors);
             out.push_str(&line);
         }
         if rows.iter().any(|o| !o.durable_acks) {
