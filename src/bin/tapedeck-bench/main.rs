@@ -5,6 +5,7 @@
 //! Scenarios: (a) live, open loop: producers at a fixed token rate with live subscribers;
 //! (b) closed loop: producers as fast as acks allow; (c) catch-up replay of completed
 //! recordings; `custom` takes every workload flag.
+mod disk;
 mod driver;
 mod procfs;
 mod report;
@@ -206,6 +207,15 @@ fn main() -> Result<()> {
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     let started = chrono_now();
     let clock = Instant::now();
+    let disk = disk::probe(&env.work_dir)?;
+    let disk_line = match &disk {
+        Some(d) => format!(
+            "disk: append + fdatasync p50 {:.2} ms, p99 {:.2} ms ({:.0}/s back to back)",
+            d.fdatasync.p50_ms, d.fdatasync.p99_ms, d.syncs_per_s
+        ),
+        None => "disk: not probed".to_string(),
+    };
+    eprintln!("{disk_line}");
     let outcomes = runtime.block_on(async {
         let mut outcomes = Vec::new();
         for (scenario, kinds) in &plan {
@@ -226,7 +236,7 @@ fn main() -> Result<()> {
 
     let tables = report::tables(&outcomes);
     let footer = format!(
-        "\nrun started {started}, took {:.0} s\n",
+        "\n{disk_line}\nrun started {started}, took {:.0} s\n",
         clock.elapsed().as_secs_f64()
     );
     if cli.json {
@@ -234,6 +244,7 @@ fn main() -> Result<()> {
         let document = serde_json::json!({
             "started": started,
             "seconds": clock.elapsed().as_secs_f64(),
+            "disk": disk,
             "scenarios": plan.iter().map(|(s, _)| describe_json(s)).collect::<Vec<_>>(),
             "outcomes": outcomes,
         });
