@@ -190,6 +190,8 @@ pub async fn run_live<T: Target>(
         load_s: None,
         replay_mb_per_s: None,
         replay_bytes: None,
+        replay_server_cores: None,
+        replay_bench_cores: None,
         disk_bytes_per_token: written
             .filter(|_| acked > 0)
             .map(|w| w as f64 / acked as f64),
@@ -482,6 +484,7 @@ pub async fn run_replay<T: Target>(
     let bar = progress_bar(&format!("{scenario}/{target_name} replay"), 0);
     bar.set_length(workload.recordings as u64);
     let replay_start = Instant::now();
+    let replay_cpu_before = Cpu::now(pid);
     let next = Arc::new(AtomicUsize::new(0));
     let bytes = Arc::new(AtomicU64::new(0));
     let mut readers = JoinSet::new();
@@ -526,6 +529,7 @@ pub async fn run_replay<T: Target>(
         counters.error(&anyhow!("replay did not finish in {DRAIN_LIMIT:?}"));
     }
     let replay_s = replay_start.elapsed().as_secs_f64();
+    let replay_cpu = Cpu::now(pid).since(&replay_cpu_before);
     bar.finish_and_clear();
     let replay_bytes = bytes.load(Ordering::Relaxed);
     let memory = pid.and_then(|pid| procfs::memory(Some(pid)));
@@ -550,6 +554,8 @@ pub async fn run_replay<T: Target>(
         load_s: Some(load_s),
         replay_mb_per_s: Some(replay_bytes as f64 / replay_s / 1e6),
         replay_bytes: Some(replay_bytes),
+        replay_server_cores: replay_cpu.server.map(|s| s / replay_s),
+        replay_bench_cores: replay_cpu.bench.map(|s| s / replay_s),
         disk_bytes_per_token: written
             .filter(|_| acked > 0)
             .map(|w| w as f64 / acked as f64),

@@ -356,6 +356,14 @@ fn summary_line(o: &Outcome) -> String {
     }
     if let Some(mbps) = o.replay_mb_per_s {
         line.push_str(&format!("  replay {mbps:.1} MB/s"));
+        if let Some(cores) = o.replay_server_cores {
+            line.push_str(&format!(" (server {cores:.2} cores"));
+        } else {
+            line.push_str(" (");
+        }
+        if let Some(cores) = o.replay_bench_cores {
+            line.push_str(&format!(" bench {cores:.2} cores)"));
+        }
     }
     if let Some(b) = o.disk_bytes_per_token {
         line.push_str(&format!("  disk {b:.0} B/tok"));

@@ -69,6 +69,9 @@ pub struct Outcome {
     /// Catch-up replay of completed recordings, in MB (10^6 bytes) per second.
     pub replay_mb_per_s: Option<f64>,
     pub replay_bytes: Option<u64>,
+    /// Cores' worth of CPU the server process and this process used while replaying.
+    pub replay_server_cores: Option<f64>,
+    pub replay_bench_cores: Option<f64>,
     /// `write_bytes` of the process owning the data, per acked token.
     pub disk_bytes_per_token: Option<f64>,
     /// Resident memory (VmRSS) of the server process at the end of the phase, in MiB; none

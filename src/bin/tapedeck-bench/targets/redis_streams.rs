@@ -6,7 +6,8 @@ use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
 use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Client, Value};
+use redis::io::tcp::TcpSettings;
+use redis::{AsyncConnectionConfig, Client, IntoConnectionInfo, Value};
 
 use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
 
@@ -73,7 +74,12 @@ impl RedisStreams {
                 )
             })?;
         let mut child = ChildGuard::new(child);
-        let client = Client::open(format!("redis://127.0.0.1:{port}/"))?;
+        // redis-rs leaves Nagle on by default; Redis itself and tapedeck's clients turn it off,
+        // and small pipelined commands behind Nagle wait for delayed ACKs (up to 40 ms).
+        let info = format!("redis://127.0.0.1:{port}/")
+            .into_connection_info()?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = Client::open(info)?;
         wait_ready(&mut child, "redis-server", || async {
             let mut conn = client.get_multiplexed_async_connection().await?;
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
