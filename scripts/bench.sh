@@ -20,6 +20,7 @@ cargo build --release --features loadgen --bins
 
 json="${BENCH_JSON:-target/bench-results.json}"
 echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(redis-server --version | cut -d' ' -f1-3)" >&2
+echo "source: $(git describe --always --dirty 2>/dev/null || echo unknown)" >&2
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 # Tables go to stderr (shown), JSON to the file.
 target/release/tapedeck-bench --json "$@" >"$json"
