@@ -88,11 +88,11 @@ pub(crate) fn decode_meta(bytes: &[u8]) -> Result<RecordingMeta> {
         .map_err(|e| Error::Corrupt(format!("decoding recording meta: {e}")))
 }
 
-pub(crate) fn encode_chunk(offset: u64, text: &str) -> Vec<u8> {
-    let mut value = Vec::with_capacity(8 + text.len());
+/// Encodes a chunk value into `value`, replacing what it held.
+pub(crate) fn encode_chunk_into(value: &mut Vec<u8>, offset: u64, text: &str) {
+    value.clear();
     value.extend_from_slice(&offset.to_le_bytes());
     value.extend_from_slice(text.as_bytes());
-    value
 }
 
 /// The start offset of a stored chunk, without decoding its text.

@@ -33,6 +33,13 @@ impl Chunk {
     }
 }
 
+/// The most recent committed chunks of a live recording, and their total text length.
+#[derive(Debug, Default)]
+struct Tail {
+    chunks: VecDeque<Chunk>,
+    bytes: usize,
+}
+
 /// What is committed of a recording, and whether it has ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Progress {
@@ -52,7 +59,7 @@ pub struct Tape {
     original_id: Vec<u8>,
     generation: u64,
     progress: watch::Sender<Progress>,
-    tail: Mutex<VecDeque<Chunk>>,
+    tail: Mutex<Tail>,
     last_activity_ms: AtomicU64,
     /// Set by the writer when it accepts the op that ends the tape; later ops are refused.
     closed: AtomicBool,
@@ -74,7 +81,7 @@ impl Tape {
             original_id,
             generation,
             progress: watch::Sender::new(progress),
-            tail: Mutex::new(VecDeque::new()),
+            tail: Mutex::new(Tail::default()),
             last_activity_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
             end_message: OnceLock::new(),
@@ -128,10 +135,10 @@ impl Tape {
     /// of them have already left the in-memory tail (read them from the store instead).
     pub fn tail_from(&self, index: u64) -> Option<Vec<Chunk>> {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
-        match tail.front() {
+        match tail.chunks.front() {
             Some(first) if first.index <= index => {
                 let skip = (index - first.index) as usize;
-                Some(tail.iter().skip(skip).cloned().collect())
+                Some(tail.chunks.iter().skip(skip).cloned().collect())
             }
             Some(_) => None,
             None => (index >= self.progress().chunks).then(Vec::new),
@@ -159,14 +166,16 @@ impl Tape {
         let (count, bytes) = (last.index + 1, last.end());
         {
             let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
-            let mut tail_bytes: usize = tail.iter().map(|c| c.text.len()).sum();
+            let tail = &mut *tail;
             for chunk in chunks {
-                tail_bytes += chunk.text.len();
-                tail.push_back(chunk);
+                tail.bytes += chunk.text.len();
+                tail.chunks.push_back(chunk);
             }
-            while tail.len() > 1 && (tail.len() > TAIL_MAX_CHUNKS || tail_bytes > TAIL_MAX_BYTES) {
-                if let Some(old) = tail.pop_front() {
-                    tail_bytes -= old.text.len();
+            while tail.chunks.len() > 1
+                && (tail.chunks.len() > TAIL_MAX_CHUNKS || tail.bytes > TAIL_MAX_BYTES)
+            {
+                if let Some(old) = tail.chunks.pop_front() {
+                    tail.bytes -= old.text.len();
                 }
             }
         }

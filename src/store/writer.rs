@@ -1,7 +1,8 @@
 //! The commit pipeline: one thread owns every write transaction. It takes all the work that is
 //! waiting, applies it in one transaction, commits once (one fsync), and only then publishes the
 //! new committed state to readers and answers the producers.
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
+use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
 use redb::{Database, ReadableTable};
@@ -88,11 +89,56 @@ enum Effect {
     Swept(SweepReport, oneshot::Sender<Result<SweepReport>>),
 }
 
+/// A committed op's answer other than an append's, sent once the batch is published.
+enum Answer {
+    Started(oneshot::Sender<Result<Arc<Tape>>>, Arc<Tape>),
+    Finished(oneshot::Sender<Result<bool>>),
+    Swept(oneshot::Sender<Result<SweepReport>>, SweepReport),
+}
+
+/// Committed chunks of one batch, gathered per tape so that each tape publishes once.
+#[derive(Default)]
+struct PendingChunks {
+    tapes: Vec<(Arc<Tape>, Vec<Chunk>)>,
+    /// Position in `tapes` by tape address: a superseded tape shares its key with the new one.
+    index: HashMap<*const Tape, usize>,
+}
+
+impl PendingChunks {
+    fn push(&mut self, tape: Arc<Tape>, chunk: Chunk) {
+        let tapes = &mut self.tapes;
+        let at = *self.index.entry(Arc::as_ptr(&tape)).or_insert_with(|| {
+            tapes.push((tape, Vec::new()));
+            tapes.len() - 1
+        });
+        tapes[at].1.push(chunk);
+    }
+
+    /// Publishes the chunks gathered for `tape` so far.
+    fn flush(&mut self, tape: &Arc<Tape>) {
+        if let Some(&at) = self.index.get(&Arc::as_ptr(tape)) {
+            let chunks = std::mem::take(&mut self.tapes[at].1);
+            tape.publish_chunks(chunks);
+        }
+    }
+
+    fn flush_all(self) {
+        for (tape, chunks) in self.tapes {
+            tape.publish_chunks(chunks);
+        }
+    }
+}
+
+/// A `recordings` row read within one transaction, and whether it has changed since.
+struct CachedMeta {
+    row: Option<RecordingMeta>,
+    dirty: bool,
+}
+
 /// Rows of `recordings` read and changed within one transaction; written back once at the end.
 #[derive(Default)]
 struct MetaCache {
-    rows: HashMap<u128, Option<RecordingMeta>>,
-    dirty: HashSet<u128>,
+    rows: HashMap<u128, CachedMeta>,
 }
 
 impl Writer {
@@ -148,11 +194,7 @@ impl Writer {
         let mut ops = batch.drain(..);
         let outcome = self.apply_all(&mut ops, &mut effects);
         match outcome {
-            Ok(()) => {
-                for effect in effects {
-                    self.publish(effect);
-                }
-            }
+            Ok(()) => self.publish(effects),
             Err(err) => {
                 // The ops after the one that failed were never applied; they fail too.
                 let unapplied: Vec<Op> = ops.collect();
@@ -182,6 +224,7 @@ impl Writer {
                 recordings: &mut recordings,
                 expiry: &mut expiry,
                 metas: MetaCache::default(),
+                scratch: Vec::new(),
                 now,
             };
             for op in ops {
@@ -241,11 +284,11 @@ impl Writer {
                     return Ok(());
                 }
                 let (key, index, end, now) = (tape.key(), chunk.index, chunk.end(), t.now);
-                let value = schema::encode_chunk(chunk.offset, &chunk.text);
+                schema::encode_chunk_into(&mut t.scratch, chunk.offset, &chunk.text);
                 tape.touch(now);
                 effects.push(Effect::Appended(tape, chunk, done));
                 t.chunks
-                    .insert((key, index), value.as_slice())
+                    .insert((key, index), t.scratch.as_slice())
                     .map_err(Error::storage)?;
                 t.update_meta(key, |meta| {
                     meta.chunk_count = index + 1;
@@ -281,27 +324,50 @@ impl Writer {
         }
     }
 
-    /// Makes a committed transaction visible: readers first, then the producers' acks.
-    fn publish(&self, effect: Effect) {
-        match effect {
-            Effect::Started(tape, replaced, done) => {
-                if let Some(old) = replaced {
-                    old.publish_end(Status::Superseded, None);
+    /// Makes a committed transaction visible: readers first, then the producers' acks. Each
+    /// tape's new chunks are published once for the whole batch, and always before an end of
+    /// that tape, so that no reader sees the end before the last chunks.
+    fn publish(&self, effects: Vec<Effect>) {
+        let mut chunks = PendingChunks::default();
+        let mut appended = Vec::with_capacity(effects.len());
+        let mut answers = Vec::new();
+        for effect in effects {
+            match effect {
+                Effect::Appended(tape, chunk, done) => {
+                    appended.push((done, chunk.end()));
+                    chunks.push(tape, chunk);
                 }
-                let _ = done.send(Ok(tape));
+                Effect::Started(tape, replaced, done) => {
+                    if let Some(old) = replaced {
+                        chunks.flush(&old);
+                        old.publish_end(Status::Superseded, None);
+                    }
+                    answers.push(Answer::Started(done, tape));
+                }
+                Effect::Finished(tape, status, message, done) => {
+                    chunks.flush(&tape);
+                    self.unregister(&tape);
+                    tape.publish_end(status, message);
+                    answers.push(Answer::Finished(done));
+                }
+                Effect::Swept(report, done) => answers.push(Answer::Swept(done, report)),
             }
-            Effect::Appended(tape, chunk, done) => {
-                let end = chunk.end();
-                tape.publish_chunks(vec![chunk]);
-                let _ = done.send(Ok(end));
-            }
-            Effect::Finished(tape, status, message, done) => {
-                self.unregister(&tape);
-                tape.publish_end(status, message);
-                let _ = done.send(Ok(true));
-            }
-            Effect::Swept(report, done) => {
-                let _ = done.send(Ok(report));
+        }
+        chunks.flush_all();
+        for (done, end) in appended {
+            let _ = done.send(Ok(end));
+        }
+        for answer in answers {
+            match answer {
+                Answer::Started(done, tape) => {
+                    let _ = done.send(Ok(tape));
+                }
+                Answer::Finished(done) => {
+                    let _ = done.send(Ok(true));
+                }
+                Answer::Swept(done, report) => {
+                    let _ = done.send(Ok(report));
+                }
             }
         }
     }
@@ -395,6 +461,7 @@ impl Writer {
                 recordings: &mut recordings,
                 expiry: &mut expiry,
                 metas: MetaCache::default(),
+                scratch: Vec::new(),
                 now: self.settings.clock.now_ms(),
             };
             for tape in tapes {
@@ -447,33 +514,43 @@ struct Tables<'a, 'txn> {
     recordings: &'a mut redb::Table<'txn, u128, &'static [u8]>,
     expiry: &'a mut redb::Table<'txn, (u64, u128), ()>,
     metas: MetaCache,
+    /// Reused for encoding chunk values.
+    scratch: Vec<u8>,
     now: u64,
 }
 
 impl Tables<'_, '_> {
-    fn meta(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
-        if let Some(row) = self.metas.rows.get(&key) {
-            return Ok(row.clone());
+    /// The row of `key`, read from the table on its first use in this transaction.
+    fn cached(&mut self, key: u128) -> Result<&mut CachedMeta> {
+        match self.metas.rows.entry(key) {
+            Entry::Occupied(entry) => Ok(entry.into_mut()),
+            Entry::Vacant(entry) => {
+                let row = match self.recordings.get(key).map_err(Error::storage)? {
+                    Some(bytes) => Some(decode_meta(bytes.value())?),
+                    None => None,
+                };
+                Ok(entry.insert(CachedMeta { row, dirty: false }))
+            }
         }
-        let row = match self.recordings.get(key).map_err(Error::storage)? {
-            Some(bytes) => Some(decode_meta(bytes.value())?),
-            None => None,
-        };
-        self.metas.rows.insert(key, row.clone());
-        Ok(row)
+    }
+
+    fn meta(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
+        Ok(self.cached(key)?.row.clone())
     }
 
     fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
-        self.metas.rows.insert(key, row);
-        self.metas.dirty.insert(key);
+        self.metas.rows.insert(key, CachedMeta { row, dirty: true });
     }
 
+    /// Changes the row of a recording in place (appends do this once per chunk).
     fn update_meta(&mut self, key: u128, change: impl FnOnce(&mut RecordingMeta)) -> Result<()> {
-        let mut meta = self
-            .meta(key)?
+        let cached = self.cached(key)?;
+        let meta = cached
+            .row
+            .as_mut()
             .ok_or_else(|| Error::Corrupt(format!("live recording {key:032x} has no meta row")))?;
-        change(&mut meta);
-        self.set_meta(key, Some(meta));
+        change(meta);
+        cached.dirty = true;
         Ok(())
     }
 
@@ -556,15 +633,18 @@ impl Tables<'_, '_> {
     }
 
     fn flush_metas(&mut self) -> Result<()> {
-        for key in std::mem::take(&mut self.metas.dirty) {
-            match self.metas.rows.get(&key) {
-                Some(Some(meta)) => {
+        for (&key, cached) in &mut self.metas.rows {
+            if !std::mem::take(&mut cached.dirty) {
+                continue;
+            }
+            match &cached.row {
+                Some(meta) => {
                     let bytes = encode_meta(meta)?;
                     self.recordings
                         .insert(key, bytes.as_slice())
                         .map_err(Error::storage)?;
                 }
-                _ => {
+                None => {
                     self.recordings.remove(key).map_err(Error::storage)?;
                 }
             }
