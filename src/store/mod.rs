@@ -222,7 +222,7 @@ impl Store {
     /// after `max_bytes` (at least one chunk is returned when any is there).
     ///
     /// Fails with `Superseded` if the conversation now holds another recording, or
-    /// `RecordingNotFound` if it was deleted.
+    /// `RecordingNotFound` if it was deleted or the sweeper is deleting it.
     pub async fn read_chunks(
         &self,
         key: u128,
@@ -240,6 +240,9 @@ impl Store {
                 .map_err(Error::storage)?
             {
                 let (k, v) = entry.map_err(Error::storage)?;
+                if k.value().1 != from + out.len() as u64 {
+                    return Err(being_collected(key));
+                }
                 let (offset, text) = schema::decode_chunk(v.value())?;
                 if !out.is_empty() && bytes + text.len() > max_bytes {
                     break;
@@ -278,9 +281,7 @@ impl Store {
                 let mid = low + (high - low) / 2;
                 let start = match chunks.get((key, mid)).map_err(Error::storage)? {
                     Some(v) => schema::chunk_offset(v.value())?,
-                    None => {
-                        return Err(Error::Corrupt(format!("chunk {mid} of {key:032x} missing")));
-                    }
+                    None => return Err(being_collected(key)),
                 };
                 if start <= offset {
                     low = mid;
@@ -323,15 +324,19 @@ impl Store {
     }
 }
 
+/// A recording's chunks are stored without gaps, except while the sweeper deletes an expired
+/// one over several commits (oldest chunks first): then it is as good as gone.
+fn being_collected(key: u128) -> Error {
+    Error::RecordingNotFound {
+        id: uuid::Uuid::from_u128(key).to_string(),
+    }
+}
+
 fn check_generation(txn: &redb::ReadTransaction, key: u128, generation: u64) -> Result<()> {
     let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
     let meta = match recordings.get(key).map_err(Error::storage)? {
         Some(bytes) => schema::decode_meta(bytes.value())?,
-        None => {
-            return Err(Error::RecordingNotFound {
-                id: uuid::Uuid::from_u128(key).to_string(),
-            });
-        }
+        None => return Err(being_collected(key)),
     };
     if meta.generation != generation {
         return Err(Error::Superseded);
