@@ -86,6 +86,9 @@ struct Cli {
     /// Print the results as JSON on stdout (the tables then go to stderr).
     #[arg(long)]
     json: bool,
+    /// Run nothing: print the tables of a JSON document an earlier `--json` run wrote.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
@@ -197,6 +200,9 @@ impl Cli {
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
+    if let Some(path) = &cli.report {
+        return print_report(path);
+    }
     if let Some(bytes) = cli.token_bytes
         && bytes < MIN_TOKEN_BYTES
     {
@@ -251,6 +257,20 @@ fn main() -> Result<()> {
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {
         println!("{tables}{footer}");
+    }
+    Ok(())
+}
+
+/// Prints the tables of a saved `--json` document.
+fn print_report(path: &std::path::Path) -> Result<()> {
+    let text =
+        std::fs::read_to_string(path).with_context(|| format!("reading {}", path.display()))?;
+    let document: serde_json::Value = serde_json::from_str(&text)?;
+    let outcomes: Vec<Outcome> = serde_json::from_value(document["outcomes"].clone())
+        .context("the document has no outcomes")?;
+    println!("{}", report::tables(&outcomes));
+    if let Some(started) = document["started"].as_str() {
+        println!("run started {started}");
     }
     Ok(())
 }

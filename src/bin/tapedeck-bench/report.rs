@@ -3,7 +3,7 @@
 use std::fmt::Write as _;
 
 use hdrhistogram::Histogram;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 /// Largest latency the histograms hold, in µs; larger values are clamped to it.
 const MAX_LATENCY_US: u64 = 120_000_000;
@@ -15,7 +15,7 @@ pub fn histogram() -> Histogram<u64> {
 }
 
 /// Percentiles of one histogram, in milliseconds.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Latency {
     pub samples: u64,
     pub p50_ms: f64,
@@ -41,7 +41,7 @@ impl Latency {
 }
 
 /// What one target did in one scenario.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     pub scenario: String,
     pub target: String,
@@ -147,6 +147,18 @@ const MEASURES: &[Measure] = &[
     },
 ];
 
+/// tapedeck/peer, readable at any size: `1.23×`, `0.05×`, `1/1523×`.
+fn ratio(tapedeck: f64, peer: f64) -> String {
+    let r = tapedeck / peer;
+    if r >= 0.1 {
+        format!("{r:.2}×")
+    } else if r >= 0.01 {
+        format!("{r:.3}×")
+    } else {
+        format!("1/{:.0}×", 1.0 / r)
+    }
+}
+
 fn cell(value: Option<f64>) -> String {
     match value {
         None => "-".into(),
@@ -209,6 +221,10 @@ pub fn tables(outcomes: &[Outcome]) -> String {
                 out,
                 "\nRatio tapedeck/peer (tok/s, MB/s: >1 is tapedeck ahead; ms, B/tok, MiB: <1 is tapedeck ahead):\n"
             );
+            let measures: Vec<&&Measure> = measures
+                .iter()
+                .filter(|m| (m.value)(tapedeck).is_some())
+                .collect();
             let mut header = String::from("| peer |");
             let mut rule = String::from("|---|");
             for m in &measures {
@@ -225,7 +241,7 @@ pub fn tables(outcomes: &[Outcome]) -> String {
                 let mut line = format!("| {} |", peer.target);
                 for m in &measures {
                     let ratio = match ((m.value)(tapedeck), (m.value)(peer)) {
-                        (Some(t), Some(p)) if p > 0.0 => format!("{:.2}×", t / p),
+                        (Some(t), Some(p)) if p > 0.0 && t > 0.0 => ratio(t, p),
                         _ => "-".into(),
                     };
                     let _ = write!(line, " {ratio} |");
