@@ -5,6 +5,7 @@
 //! Scenarios: (a) live, open loop: producers at a fixed token rate with live subscribers;
 //! (b) closed loop: producers as fast as acks allow; (c) catch-up replay of completed
 //! recordings; `custom` takes every workload flag.
+mod cli;
 mod disk;
 mod driver;
 mod procfs;
@@ -12,191 +13,17 @@ mod report;
 mod targets;
 mod workload;
 
-use std::net::SocketAddr;
-use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
-use clap::{Parser, ValueEnum};
+use clap::Parser;
 
+use cli::Cli;
 use report::Outcome;
 use targets::{Api, Appendfsync, Commit, Environment, FsyncLog, RedisStreams, Sqlite, Tapedeck};
 use targets::{Target, TargetKind};
-use workload::{LiveWorkload, MIN_TOKEN_BYTES, ReplayWorkload, Scenario};
-
-#[derive(Parser)]
-#[command(
-    name = "tapedeck-bench",
-    about = "Same workload against tapedeck, Redis Streams, SQLite and an fsync'd log; prints ratios"
-)]
-struct Cli {
-    /// Scenarios to run, in order: a (200 producers × 50 tok/s, 1 subscriber, 30 s),
-    /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings), custom.
-    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c"])]
-    scenarios: Vec<ScenarioKind>,
-    /// Targets to run each scenario against. Default: a = all but tapedeck-ack, b = all,
-    /// c = tapedeck, redis-everysec, sqlite-group, fsync-log, custom = all.
-    #[arg(long, value_delimiter = ',')]
-    targets: Option<Vec<TargetKind>>,
-
-    /// Concurrent producers (overrides the scenario's).
-    #[arg(long)]
-    producers: Option<usize>,
-    /// Tokens per second per producer; 0 = closed loop (overrides the scenario's).
-    #[arg(long)]
-    rate: Option<f64>,
-    /// Bytes per token, at least 24 (default 32).
-    #[arg(long)]
-    token_bytes: Option<usize>,
-    /// Tokens per recording (default 500 live, 2,000 replay).
-    #[arg(long)]
-    tokens_per_recording: Option<usize>,
-    /// Live subscribers per recording (overrides the scenario's).
-    #[arg(long)]
-    subscribers: Option<usize>,
-    /// How long producers run, in seconds (default 30).
-    #[arg(long)]
-    duration: Option<f64>,
-    /// Client connections shared by producers (default 32).
-    #[arg(long)]
-    connections: Option<usize>,
-    /// Completed recordings loaded and replayed in scenario c (default 1,000).
-    #[arg(long)]
-    recordings: Option<usize>,
-    /// Recordings replayed at once in scenario c (default 16).
-    #[arg(long)]
-    replay_concurrency: Option<usize>,
-
-    /// Use the tapedeck server at this address instead of spawning one.
-    #[arg(long)]
-    addr: Option<SocketAddr>,
-    /// Pid of the server at --addr, for its disk writes and memory.
-    #[arg(long, requires = "addr")]
-    server_pid: Option<u32>,
-    /// The tapedeck binary to spawn (default: `tapedeck` next to this binary).
-    #[arg(long)]
-    tapedeck_bin: Option<PathBuf>,
-    /// The redis-server program.
-    #[arg(long, default_value = "redis-server")]
-    redis_server: PathBuf,
-    /// Where temporary data directories go.
-    #[arg(long, default_value_os_t = std::env::temp_dir())]
-    work_dir: PathBuf,
-    /// Print the results as JSON on stdout (the tables then go to stderr).
-    #[arg(long)]
-    json: bool,
-    /// Run nothing: print the tables of a JSON document an earlier `--json` run wrote.
-    #[arg(long, value_name = "FILE")]
-    report: Option<PathBuf>,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-enum ScenarioKind {
-    A,
-    B,
-    C,
-    Custom,
-}
-
-impl Cli {
-    fn live(&self, base: LiveWorkload) -> LiveWorkload {
-        LiveWorkload {
-            producers: self.producers.unwrap_or(base.producers),
-            rate: match self.rate {
-                Some(rate) if rate > 0.0 => Some(rate),
-                Some(_) => None,
-                None => base.rate,
-            },
-            token_bytes: self.token_bytes.unwrap_or(base.token_bytes),
-            tokens_per_recording: self
-                .tokens_per_recording
-                .unwrap_or(base.tokens_per_recording),
-            subscribers: self.subscribers.unwrap_or(base.subscribers),
-            duration: self.duration.map_or(base.duration, Duration::from_secs_f64),
-            connections: self.connections.unwrap_or(base.connections),
-        }
-    }
-
-    fn replay(&self) -> ReplayWorkload {
-        let base = workload::standard_replay();
-        ReplayWorkload {
-            recordings: self.recordings.unwrap_or(base.recordings),
-            tokens_per_recording: self
-                .tokens_per_recording
-                .unwrap_or(base.tokens_per_recording),
-            token_bytes: self.token_bytes.unwrap_or(base.token_bytes),
-            load_concurrency: self.producers.unwrap_or(base.load_concurrency),
-            replay_concurrency: self.replay_concurrency.unwrap_or(base.replay_concurrency),
-            connections: self.connections.unwrap_or(base.connections),
-        }
-    }
-
-    fn scenarios(&self) -> Vec<(Scenario, Vec<TargetKind>)> {
-        use TargetKind::*;
-        let all = vec![
-            Tapedeck,
-            TapedeckAck,
-            RedisAlways,
-            RedisEverysec,
-            SqliteFull,
-            SqliteGroup,
-            FsyncLog,
-        ];
-        self.scenarios
-            .iter()
-            .map(|kind| {
-                let (scenario, defaults) = match kind {
-                    ScenarioKind::A => (
-                        Scenario::Live {
-                            name: "a-live".into(),
-                            workload: self.live(workload::standard_live()),
-                        },
-                        all.iter().copied().filter(|t| *t != TapedeckAck).collect(),
-                    ),
-                    ScenarioKind::B => (
-                        Scenario::Live {
-                            name: "b-closed-loop".into(),
-                            workload: self.live(workload::standard_closed()),
-                        },
-                        all.clone(),
-                    ),
-                    ScenarioKind::C => (
-                        Scenario::Replay {
-                            name: "c-replay".into(),
-                            workload: self.replay(),
-                        },
-                        vec![Tapedeck, RedisEverysec, SqliteGroup, FsyncLog],
-                    ),
-                    ScenarioKind::Custom => (
-                        Scenario::Live {
-                            name: "custom".into(),
-                            workload: self.live(workload::standard_live()),
-                        },
-                        all.clone(),
-                    ),
-                };
-                (scenario, self.targets.clone().unwrap_or(defaults))
-            })
-            .collect()
-    }
-
-    fn environment(&self) -> Result<Environment> {
-        let tapedeck_bin = match &self.tapedeck_bin {
-            Some(path) => path.clone(),
-            None => std::env::current_exe()
-                .context("locating this binary")?
-                .with_file_name("tapedeck"),
-        };
-        Ok(Environment {
-            tapedeck_bin,
-            tapedeck_addr: self.addr,
-            tapedeck_pid: self.server_pid,
-            redis_server: self.redis_server.clone(),
-            work_dir: self.work_dir.clone(),
-        })
-    }
-}
+use workload::{MIN_TOKEN_BYTES, Scenario};
 
 fn main() -> Result<()> {
     let cli = Cli::parse();

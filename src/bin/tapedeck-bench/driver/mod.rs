@@ -1,0 +1,140 @@
+//! Drives one target through one scenario and measures it: [`live`] runs producers (open or
+//! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back.
+//! This file holds what both share: the clock, counters, CPU accounting and progress bars.
+mod live;
+mod replay;
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use indicatif::{ProgressBar, ProgressStyle};
+
+pub use live::run_live;
+pub use replay::run_replay;
+
+use crate::procfs;
+use crate::report;
+
+/// How long a phase may run past its duration (finishing recordings, subscribers draining)
+/// before it is abandoned.
+const DRAIN_LIMIT: Duration = Duration::from_secs(120);
+/// How long a subscriber may lag behind its producer's completion.
+const SUBSCRIBER_LIMIT: Duration = Duration::from_secs(60);
+
+/// Nanoseconds since the run's start, shared by producers and subscribers.
+#[derive(Clone, Copy)]
+struct Clock(Instant);
+
+impl Clock {
+    fn ns(&self, at: Instant) -> u64 {
+        at.saturating_duration_since(self.0).as_nanos() as u64
+    }
+}
+
+/// Counters shared by every task of a phase.
+#[derive(Default)]
+struct Counters {
+    sent: AtomicU64,
+    acked: AtomicU64,
+    received: AtomicU64,
+    expected: AtomicU64,
+    sequence_errors: AtomicU64,
+    errors: AtomicU64,
+    first_error: Mutex<Option<String>>,
+}
+
+impl Counters {
+    fn error(&self, err: &anyhow::Error) {
+        self.errors.fetch_add(1, Ordering::Relaxed);
+        let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());
+        if first.is_none() {
+            *first = Some(format!("{err:#}"));
+        }
+    }
+}
+
+/// Identifies this run's recordings, so an `--addr` server can be reused across runs.
+fn run_tag() -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    format!("bench-{:x}", nanos % (1 << 48))
+}
+
+fn progress_bar(label: &str, seconds: u64) -> ProgressBar {
+    let bar = ProgressBar::new(seconds);
+    let style = ProgressStyle::with_template("{prefix:>28} [{bar:30}] {pos:>3}/{len}s {msg}")
+        .map(|s| s.progress_chars("=> "))
+        .unwrap_or_else(|_| ProgressStyle::default_bar());
+    bar.set_style(style);
+    bar.set_prefix(label.to_string());
+    bar
+}
+
+/// Latencies a producer collected: send → subscriber receive, and send → ack (targets that
+/// ack each token).
+struct Latencies {
+    delivery: Histogram<u64>,
+    ack: Histogram<u64>,
+}
+
+impl Latencies {
+    fn new() -> Self {
+        Self {
+            delivery: report::histogram(),
+            ack: report::histogram(),
+        }
+    }
+
+    fn add(&mut self, other: &Latencies) {
+        let _ = self.delivery.add(&other.delivery);
+        let _ = self.ack.add(&other.ack);
+    }
+}
+
+/// CPU used by the server process (if any), by this process, and by the whole machine.
+struct Cpu {
+    server: Option<f64>,
+    bench: Option<f64>,
+    machine: Option<f64>,
+}
+
+impl Cpu {
+    fn now(pid: Option<u32>) -> Cpu {
+        Cpu {
+            server: pid.and_then(|pid| procfs::cpu_seconds(Some(pid))),
+            bench: procfs::cpu_seconds(None),
+            machine: procfs::machine_busy_seconds(),
+        }
+    }
+
+    fn since(&self, before: &Cpu) -> Cpu {
+        let diff = |a: Option<f64>, b: Option<f64>| a.zip(b).map(|(a, b)| a - b);
+        Cpu {
+            server: diff(self.server, before.server),
+            bench: diff(self.bench, before.bench),
+            machine: diff(self.machine, before.machine),
+        }
+    }
+
+    /// Cores' worth of CPU that processes other than the bench and its server used over
+    /// `seconds`: how busy the machine was with other work.
+    fn others_cores(&self, seconds: f64) -> Option<f64> {
+        let ours = self.bench.unwrap_or(0.0) + self.server.unwrap_or(0.0);
+        self.machine.map(|m| ((m - ours) / seconds).max(0.0))
+    }
+
+    fn server_us_per(&self, tokens: u64) -> Option<f64> {
+        self.server
+            .filter(|_| tokens > 0)
+            .map(|s| s * 1e6 / tokens as f64)
+    }
+
+    fn bench_us_per(&self, tokens: u64) -> Option<f64> {
+        self.bench
+            .filter(|_| tokens > 0)
+            .map(|s| s * 1e6 / tokens as f64)
+    }
+}
