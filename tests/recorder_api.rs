@@ -550,3 +550,28 @@ async fn replay_when_started(
     .await
     .expect("recording did not start in time")
 }
+
+#[tokio::test]
+async fn replays_opened_while_recordings_start_always_end() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let client = server.recorder().await;
+    // Each replay races its recording's start: it may find nothing, the live recording, or the
+    // stored row of a recording that just started; it must never treat a live one as finished.
+    for round in 0..200 {
+        let id = format!("race-{round}");
+        let recording = Recording::open(&client, id.as_bytes()).await;
+        recording.send("raced").await;
+        let replay = replay_from(&client, id.as_bytes(), 0).await;
+        assert_eq!(recording.complete().await.unwrap().status, RecordStatus::Success as i32);
+        match replay {
+            Ok(stream) => {
+                let replayed = read_all(stream).await.unwrap();
+                assert_eq!(replayed.text, "raced");
+                assert_eq!(replayed.status.as_deref(), Some("completed"));
+            }
+            Err(err) => assert_eq!(err.code(), Code::NotFound),
+        }
+    }
+    server.stop().await;
+}

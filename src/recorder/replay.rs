@@ -49,25 +49,7 @@ pub struct Replay {
 
 impl Replay {
     pub(super) async fn open(store: Store, id: &ConversationId, offset: u64) -> Result<Replay> {
-        let (source, generation) = match store.live(id.key()) {
-            Some(tape) => {
-                let generation = tape.generation();
-                let progress = tape.subscribe();
-                (Source::Live { tape, progress }, generation)
-            }
-            None => {
-                let meta = store
-                    .meta(id.key())
-                    .await?
-                    .ok_or_else(|| Error::RecordingNotFound { id: id.to_string() })?;
-                let progress = Progress {
-                    chunks: meta.chunk_count,
-                    bytes: meta.byte_len,
-                    status: meta.status,
-                };
-                (Source::Finished { progress }, meta.generation)
-            }
-        };
+        let (source, generation) = Self::find(&store, id).await?;
         let mut replay = Replay {
             store,
             key: id.key(),
@@ -90,6 +72,43 @@ impl Replay {
             replay.seek(offset, progress).await?;
         }
         Ok(replay)
+    }
+
+    /// The conversation's recording: its live tape, or its stored (finished) state.
+    ///
+    /// A tape is registered before its start is committed and unregistered after its end is,
+    /// so a stored row that still says `recording` with no tape registered means this lookup
+    /// raced a start or an end: look again. A row left `recording` for good (its failure could
+    /// not be stored) is replayed as `interrupted` rather than waited on forever.
+    async fn find(store: &Store, id: &ConversationId) -> Result<(Source, u64)> {
+        const LOOKUPS: usize = 100;
+        let mut lookups = 0;
+        loop {
+            lookups += 1;
+            if let Some(tape) = store.live(id.key()) {
+                let generation = tape.generation();
+                let progress = tape.subscribe();
+                return Ok((Source::Live { tape, progress }, generation));
+            }
+            let meta = store
+                .meta(id.key())
+                .await?
+                .ok_or_else(|| Error::RecordingNotFound { id: id.to_string() })?;
+            if meta.status.is_live() && lookups < LOOKUPS {
+                tokio::task::yield_now().await;
+                continue;
+            }
+            let status = match meta.status {
+                Status::Recording => Status::Interrupted,
+                status => status,
+            };
+            let progress = Progress {
+                chunks: meta.chunk_count,
+                bytes: meta.byte_len,
+                status,
+            };
+            return Ok((Source::Finished { progress }, meta.generation));
+        }
     }
 
     /// The next message, or `None` once everything up to the recording's end has been sent.
