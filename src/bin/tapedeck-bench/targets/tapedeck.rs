@@ -156,10 +156,9 @@ impl Target for Tapedeck {
     async fn subscribe(&self, lane: usize, name: &str) -> Result<TapedeckSubscriber> {
         let mut client = ResponseRecorderServiceClient::new(self.channel(lane));
         let id = name.as_bytes().to_vec();
-        // Wait until the recording is registered as live before replaying it. A Replay that
-        // arrives while its start is being committed can find no live tape yet but already a
-        // `recording` row, and then spins forever in `Replay::next` (server bug, reported);
-        // once CheckRecordings lists the id, Replay attaches to the live tape.
+        // Wait until the recording is registered as live before replaying it, so the replay
+        // attaches to the live tape. Servers before 928b0e7 could spin forever on a Replay that
+        // raced the commit of its recording's start.
         let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
         loop {
             let live = client
