@@ -4,6 +4,7 @@
 //! The API is narrow on purpose (start / append / end / read / meta / sweep) so the physical
 //! layout can change without touching callers.
 
+mod database;
 mod recovery;
 pub mod schema;
 pub mod sweeper;
@@ -18,12 +19,12 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use redb::{Database, ReadableDatabase};
 use tokio::sync::{mpsc, oneshot};
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
+use database::DbHandle;
 pub use schema::{RecordingMeta, Status};
 pub use tape::{Chunk, Committed, Progress, Tape, TapeWriter};
 pub use writer::SweepReport;
@@ -60,7 +61,7 @@ pub struct Store {
 }
 
 struct Inner {
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
     ops: mpsc::Sender<Op>,
     live: LiveTapes,
     clock: Arc<dyn Clock>,
@@ -81,7 +82,8 @@ impl Store {
     /// recovery cannot be committed.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
-        let db = Arc::new(recovery::open(path, options.clock.now_ms(), retention_ms)?);
+        let db = recovery::open(path, options.clock.now_ms(), retention_ms)?;
+        let db = Arc::new(DbHandle::new(path, db)?);
         let live: LiveTapes = Arc::new(Mutex::new(HashMap::new()));
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
         let writer = Writer::new(
@@ -299,12 +301,9 @@ impl Store {
         read: impl FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {
         let db = self.inner.db.clone();
-        tokio::task::spawn_blocking(move || {
-            let txn = db.begin_read().map_err(Error::storage)?;
-            read(&txn)
-        })
-        .await
-        .map_err(|e| Error::Storage(format!("read task failed: {e}")))?
+        tokio::task::spawn_blocking(move || db.read(read))
+            .await
+            .map_err(|e| Error::Storage(format!("read task failed: {e}")))?
     }
 
     /// Stops the commit pipeline after it has committed everything queued, and waits for it.

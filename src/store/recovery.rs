@@ -43,6 +43,22 @@ pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Databa
     Ok(db)
 }
 
+/// Opens the file again after an I/O error made redb refuse to go on; redb repairs it to its
+/// last commit. Recordings still live stay live: their producers are still attached.
+///
+/// Fails as opening it at start-up does.
+pub(crate) fn reopen(path: &Path) -> Result<Database> {
+    match quietly_catch_panic(|| create(path)) {
+        Ok(result) => result,
+        Err(panic) => Err(Error::OpenDatabase {
+            path: path.to_path_buf(),
+            source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(format!(
+                "redb could not read it ({panic})"
+            ))),
+        }),
+    }
+}
+
 /// A storage error met while recovering a file that did open is a damaged file too.
 fn damaged(path: &Path, err: Error) -> Error {
     match err {

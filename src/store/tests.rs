@@ -6,7 +6,7 @@ use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
 
-use redb::{ReadableDatabase, ReadableTable};
+use redb::ReadableTable;
 use tempfile::TempDir;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;

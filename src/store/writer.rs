@@ -5,9 +5,10 @@ use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 use std::sync::{Arc, Mutex};
 
-use redb::{Database, ReadableTable};
+use redb::ReadableTable;
 use tokio::sync::{mpsc, oneshot};
 
+use super::database::DbHandle;
 use super::schema::{
     self, CHUNKS, EXPIRY, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
 };
@@ -67,7 +68,7 @@ pub(crate) struct WriterSettings {
 }
 
 pub(crate) struct Writer {
-    db: Arc<Database>,
+    db: Arc<DbHandle>,
     live: LiveTapes,
     settings: WriterSettings,
 }
@@ -142,7 +143,7 @@ struct MetaCache {
 }
 
 impl Writer {
-    pub(crate) fn new(db: Arc<Database>, live: LiveTapes, settings: WriterSettings) -> Self {
+    pub(crate) fn new(db: Arc<DbHandle>, live: LiveTapes, settings: WriterSettings) -> Self {
         Self { db, live, settings }
     }
 
@@ -187,12 +188,29 @@ impl Writer {
     }
 
     fn commit(&self, batch: &mut Vec<Op>) {
+        if let Some(err) = self.db.full_error() {
+            // The disk is full: what would grow the file fails now, ending its recording.
+            let (refused, rest): (Vec<Op>, Vec<Op>) = batch
+                .drain(..)
+                .partition(|op| matches!(op, Op::Start { .. } | Op::Append { .. }));
+            *batch = rest;
+            if !refused.is_empty() {
+                self.fail(Vec::new(), refused, &err);
+            }
+        }
         if batch.is_empty() {
             return;
         }
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
         let outcome = self.apply_all(&mut ops, &mut effects);
+        if outcome.is_ok()
+            && effects
+                .iter()
+                .any(|e| matches!(e, Effect::Swept(r, _) if !r.more && r.chunks_deleted > 0))
+        {
+            self.db.collected();
+        }
         match outcome {
             Ok(()) => self.publish(effects),
             Err(err) => {
@@ -203,6 +221,8 @@ impl Writer {
                     ops = effects.len() + unapplied.len(),
                     "commit failed"
                 );
+                // The file first: it must be usable again before the failures are recorded.
+                self.db.recover(&err);
                 self.fail(effects, unapplied, &err);
             }
         }
@@ -213,7 +233,7 @@ impl Writer {
         ops: &mut impl Iterator<Item = Op>,
         effects: &mut Vec<Effect>,
     ) -> Result<()> {
-        let txn = self.db.begin_write().map_err(Error::storage)?;
+        let txn = self.db.begin_write()?;
         let now = self.settings.clock.now_ms();
         {
             let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
@@ -451,7 +471,7 @@ impl Writer {
         if tapes.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write().map_err(Error::storage)?;
+        let txn = self.db.begin_write()?;
         {
             let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
             let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;

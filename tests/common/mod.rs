@@ -546,3 +546,34 @@ pub async fn replay_when_live(client: &RecorderClient, id: &[u8]) -> Streaming<R
     .await
     .expect("recording did not start in time")
 }
+
+impl TestServer {
+    /// Starts a server on a store the test opened itself (with a manual clock, say).
+    pub async fn start_with_store(config: Config, store: tapedeck::store::Store) -> TestServer {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let (shutdown, stop) = oneshot::channel::<()>();
+        let data_dir = config.data_dir.clone();
+        let task = tokio::spawn(async move {
+            tapedeck::server::run(listener, store, &config, async {
+                let _ = stop.await;
+            })
+            .await
+        });
+        TestServer {
+            addr,
+            data_dir,
+            shutdown: Some(shutdown),
+            task,
+        }
+    }
+}
+
+/// Free bytes on the filesystem holding `path` (for unprivileged users, as `df` shows them).
+pub fn free_bytes(path: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
+    let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };
+    assert_eq!(unsafe { libc::statvfs(path.as_ptr(), &mut stats) }, 0);
+    stats.f_bavail as u64 * stats.f_frsize as u64
+}
