@@ -86,11 +86,17 @@ async fn a_database_that_makes_redb_panic_is_refused_without_a_backtrace() {
     let dir = tempfile::tempdir().unwrap();
     let path = valid_database(dir.path()).await;
     let mut bytes = std::fs::read(&path).unwrap();
-    let name = bytes
+    // Every copy of the name: older pages may still hold one.
+    let names: Vec<usize> = bytes
         .windows(b"recordings".len())
-        .position(|w| w == b"recordings")
-        .expect("table name in the file");
-    bytes[name + 3] = 0xff;
+        .enumerate()
+        .filter(|(_, w)| *w == b"recordings")
+        .map(|(at, _)| at)
+        .collect();
+    assert!(!names.is_empty(), "table name not in the file");
+    for at in names {
+        bytes[at + 3] = 0xff;
+    }
     std::fs::write(&path, bytes).unwrap();
     assert_refused(dir.path(), "cannot open database", DAMAGED_HINT);
 }

@@ -4,6 +4,9 @@
 //! prefix of what was sent, recordings that were live come back `interrupted` and are not
 //! live, an accepted cancel stays `cancelled`, and every replay ends promptly.
 //!
+//! The server keeps finished recordings for [`RETENTION`], so its sweeper collects old ones
+//! between and across crashes; a recording may be missing only once that can have happened.
+//!
 //! `cargo test` runs [`CI_CYCLES`] cycles. `TAPEDECK_TORTURE_CYCLES=500` runs more, and
 //! `TAPEDECK_TORTURE_SEED` replays a given run.
 mod common;
@@ -22,13 +25,20 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
 /// Cycles run by `cargo test`.
-const CI_CYCLES: u64 = 20;
+const CI_CYCLES: u64 = 12;
 /// Most producers in one cycle; each records one conversation after another until the kill.
 const MAX_PRODUCERS: u64 = 12;
 /// How long one replay may take to reach its end after a restart.
 const REPLAY_DEADLINE: Duration = Duration::from_secs(5);
 /// Older recordings re-checked after each restart, besides the previous cycle's.
 const OLDER_SAMPLE: usize = 8;
+/// Retention the server runs with, so that the sweeper collects while crashes happen and the
+/// file stays small however many cycles run (redb's repair after a crash reads all of it).
+const RETENTION: Duration = Duration::from_secs(40);
+/// A recording is certainly still there this long after its cycle began.
+const SURELY_KEPT: Duration = RETENTION.saturating_sub(Duration::from_secs(5));
+/// The server's flags: [`RETENTION`], and a sweep every second.
+const SERVER_ARGS: &[&str] = &["--retention", "40s", "--gc-interval", "1s"];
 
 /// xorshift64*: small, seedable, good enough to pick kill moments and token sizes.
 #[derive(Clone)]
@@ -63,6 +73,8 @@ enum Api {
 struct Tracked {
     id: Vec<u8>,
     api: Api,
+    /// When its cycle began: it may be collected once [`SURELY_KEPT`] has passed since.
+    born: Instant,
     /// Everything handed to the request stream, in order.
     sent: String,
     /// Bytes the server acknowledged as committed.
@@ -77,10 +89,11 @@ struct Tracked {
 }
 
 impl Tracked {
-    fn new(id: Vec<u8>, api: Api) -> Self {
+    fn new(id: Vec<u8>, api: Api, born: Instant) -> Self {
         Self {
             id,
             api,
+            born,
             sent: String::new(),
             acked: 0,
             seen: String::new(),
@@ -147,6 +160,7 @@ fn track(ledger: &Ledger, tracked: Tracked) -> usize {
 /// number of tokens. SUCCESS acknowledges the whole recording.
 async fn current_producer(
     client: RecorderClient,
+    born: Instant,
     name: String,
     mut rng: Rng,
     ledger: Ledger,
@@ -154,7 +168,7 @@ async fn current_producer(
 ) {
     for round in 0.. {
         let id = format!("{name}-r{round}").into_bytes();
-        let index = track(&ledger, Tracked::new(id.clone(), Api::Current));
+        let index = track(&ledger, Tracked::new(id.clone(), Api::Current, born));
         let (tx, rx) = mpsc::channel(16);
         let mut call = client.clone();
         let answer = tokio::spawn(async move { call.record(ReceiverStream::new(rx)).await });
@@ -201,6 +215,7 @@ async fn current_producer(
 /// Records on the legacy API, pipelining tokens; each ack carries the committed length.
 async fn legacy_producer(
     client: ResumerClient,
+    born: Instant,
     name: String,
     mut rng: Rng,
     ledger: Ledger,
@@ -208,7 +223,7 @@ async fn legacy_producer(
 ) {
     for round in 0.. {
         let id = format!("{name}-r{round}").into_bytes();
-        let index = track(&ledger, Tracked::new(id.clone(), Api::Legacy));
+        let index = track(&ledger, Tracked::new(id.clone(), Api::Legacy, born));
         let tokens = 1 + rng.below(60);
         let mut requests = Vec::new();
         for n in 0..tokens {
@@ -330,6 +345,7 @@ struct Totals {
     lost_bytes: u64,
     hung_replays: u64,
     not_started: u64,
+    collected: u64,
     interrupted: u64,
     completed: u64,
     cancelled: u64,
@@ -345,6 +361,10 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
             return;
         }
         Ok(Err(status)) if status.code() == Code::NotFound => {
+            if tracked.born.elapsed() > SURELY_KEPT {
+                totals.collected += 1;
+                return;
+            }
             // Only a recording whose start never committed may be missing.
             assert!(
                 tracked.acked == 0 && tracked.seen.is_empty() && !tracked.cancelled,
@@ -378,6 +398,11 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
         Ok(result) => result.unwrap_or_else(|e| panic!("replay of {:?}: {e}", tracked.id)),
     };
     let id = String::from_utf8_lossy(&tracked.id);
+    if status.as_deref() == Some("superseded") && tracked.born.elapsed() > SURELY_KEPT {
+        // Collected while it was being replayed.
+        totals.collected += 1;
+        return;
+    }
     totals.replayed_bytes += text.len() as u64;
     totals.lost_bytes += tracked.acked.saturating_sub(text.len() as u64);
     assert!(
@@ -435,6 +460,7 @@ async fn assert_none_live(client: &RecorderClient, ledger: &[Tracked]) {
 
 /// One cycle: load, kill at a random moment, and the ledger of what happened.
 async fn run_cycle(server: BinaryServer, cycle: u64, rng: &mut Rng) -> Vec<Tracked> {
+    let born = Instant::now();
     let ledger: Ledger = Arc::default();
     let progress = Arc::new(Progress::default());
     let current = server.recorder().await;
@@ -448,6 +474,7 @@ async fn run_cycle(server: BinaryServer, cycle: u64, rng: &mut Rng) -> Vec<Track
             let client = current.clone();
             tasks.spawn(current_producer(
                 client,
+                born,
                 name,
                 seed,
                 ledger.clone(),
@@ -457,6 +484,7 @@ async fn run_cycle(server: BinaryServer, cycle: u64, rng: &mut Rng) -> Vec<Track
             let client = legacy.clone();
             tasks.spawn(legacy_producer(
                 client,
+                born,
                 name,
                 seed,
                 ledger.clone(),
@@ -552,10 +580,10 @@ async fn acknowledged_bytes_survive_random_sigkills() {
     let started = Instant::now();
     let mut totals = Totals::default();
     let mut history: Vec<Tracked> = Vec::new();
-    let mut server = BinaryServer::spawn(dir.path(), &[]);
+    let mut server = BinaryServer::spawn(dir.path(), SERVER_ARGS);
     for cycle in 0..cycles {
         let ledger = run_cycle(server, cycle, &mut rng).await;
-        server = BinaryServer::spawn(dir.path(), &[]);
+        server = BinaryServer::spawn(dir.path(), SERVER_ARGS);
         let client = server.recorder().await;
         for tracked in &ledger {
             totals.recordings += 1;
@@ -573,6 +601,7 @@ async fn acknowledged_bytes_survive_random_sigkills() {
         }
         totals.lost_bytes += again.lost_bytes;
         totals.hung_replays += again.hung_replays;
+        totals.collected += again.collected;
         assert_eq!(totals.hung_replays, 0, "replays hung: {totals:?}");
         history.extend(ledger);
         if cycles > CI_CYCLES && (cycle + 1) % 50 == 0 {
@@ -594,8 +623,8 @@ async fn acknowledged_bytes_survive_random_sigkills() {
         "crash torture done in {:.1?}: {cycles} SIGKILL cycles, {} recordings ({} current API, \
          {} legacy), {} acknowledged bytes checked, {} bytes seen by live readers checked, {} \
          bytes replayed, {} bytes lost, {} replays hung; after restart {} completed, {} \
-         interrupted, {} cancelled, {} never started; {} older recordings re-checked; final \
-         pass over all: {} lost, {} hung",
+         interrupted, {} cancelled, {} never started; {} older recordings re-checked ({} \
+         collected by then); final pass over all: {} lost, {} hung, {} collected",
         started.elapsed(),
         totals.recordings,
         history.iter().filter(|t| t.api == Api::Current).count(),
@@ -610,8 +639,10 @@ async fn acknowledged_bytes_survive_random_sigkills() {
         totals.cancelled,
         totals.not_started,
         totals.rechecks,
+        totals.collected,
         last.lost_bytes,
         last.hung_replays,
+        last.collected,
     );
     assert_eq!(totals.lost_bytes + last.lost_bytes, 0);
     assert_eq!(totals.hung_replays + last.hung_replays, 0);

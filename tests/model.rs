@@ -1,0 +1,622 @@
+//! Model-based test of the recorder core (`Recorder` over a `Store` on a real redb file, with
+//! a manual clock): random sequences of start / append / complete / cancel / interrupt /
+//! vanish / supersede / subscribe / sweep / crash-and-reopen, and after every step each
+//! conversation's replay (from several offsets), every live subscriber, and the live check are
+//! compared with a plain in-memory model of what they must return.
+//!
+//! `cargo test` runs [`DEFAULT_CASES`] cases; `PROPTEST_CASES=2000` runs more.
+use std::sync::Arc;
+use std::time::Duration;
+
+use proptest::prelude::*;
+use tapedeck::Error;
+use tapedeck::clock::{Clock, ManualClock};
+use tapedeck::id::ConversationId;
+use tapedeck::recorder::{Limits, Producer, Recorder, Replay};
+use tapedeck::store::{Status, Store, StoreOptions, sweeper};
+
+/// Cases run by `cargo test`.
+const DEFAULT_CASES: u32 = 64;
+/// Conversations the operations pick from: few, so that they collide.
+const CONVERSATIONS: usize = 3;
+const RETENTION_MS: u64 = 1_000;
+const IDLE_MS: u64 = 2_500;
+const LIMITS: Limits = Limits {
+    max_chunk_bytes: 24,
+    max_recording_bytes: 120,
+};
+/// How long any single wait may take before the case fails.
+const WAIT: Duration = Duration::from_secs(5);
+
+/// How a message names its conversation.
+#[derive(Debug, Clone, Copy)]
+enum IdForm {
+    /// Empty: "same as the first message".
+    Empty,
+    /// The text the stream started with.
+    Same,
+    /// The same conversation as hyphenated UUID text.
+    UuidText,
+    /// Another conversation: refused.
+    Other,
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    /// Starts recording (superseding a live recording); `binary` sends the 16-byte form.
+    Start {
+        conv: usize,
+        binary: bool,
+    },
+    Append {
+        conv: usize,
+        text: String,
+        id: IdForm,
+    },
+    Complete {
+        conv: usize,
+    },
+    Cancel {
+        conv: usize,
+    },
+    /// The producer reports a failure of its stream.
+    Interrupt {
+        conv: usize,
+    },
+    /// The producer's handle is dropped without a word.
+    Vanish {
+        conv: usize,
+    },
+    /// Opens a replay that follows the recording live from `offset_pick`'s boundary.
+    Subscribe {
+        conv: usize,
+        offset_pick: u8,
+    },
+    /// Advances the clock by `ms`, then runs one sweep (idle timeout, then retention).
+    Sweep {
+        ms: u64,
+    },
+    /// Stops the commit pipeline, drops every handle, reopens the file (`drop_only`: drops
+    /// every handle without stopping anything first, as a process exit would).
+    Crash {
+        drop_only: bool,
+    },
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    let conv = 0..CONVERSATIONS;
+    let text = prop_oneof![
+        4 => "[a-z ]{0,6}",
+        2 => "[é日🎉x]{1,4}",
+        1 => "[a-z]{20,30}", // sometimes over the 24-byte chunk limit
+    ];
+    let id = prop_oneof![
+        6 => Just(IdForm::Empty),
+        1 => Just(IdForm::Same),
+        1 => Just(IdForm::UuidText),
+        1 => Just(IdForm::Other),
+    ];
+    prop_oneof![
+        4 => (conv.clone(), any::<bool>()).prop_map(|(conv, binary)| Op::Start { conv, binary }),
+        10 => (conv.clone(), text, id).prop_map(|(conv, text, id)| Op::Append { conv, text, id }),
+        2 => conv.clone().prop_map(|conv| Op::Complete { conv }),
+        2 => conv.clone().prop_map(|conv| Op::Cancel { conv }),
+        1 => conv.clone().prop_map(|conv| Op::Interrupt { conv }),
+        1 => conv.clone().prop_map(|conv| Op::Vanish { conv }),
+        2 => (conv, any::<u8>()).prop_map(|(conv, offset_pick)| Op::Subscribe { conv, offset_pick }),
+        2 => (0u64..1_800).prop_map(|ms| Op::Sweep { ms }),
+        1 => any::<bool>().prop_map(|drop_only| Op::Crash { drop_only }),
+    ]
+}
+
+// ---------------------------------------------------------------------------------------------
+// The model
+
+#[derive(Debug, Clone)]
+struct ModelRecording {
+    /// Identifies this recording among all of the conversation's recordings.
+    serial: u64,
+    text: String,
+    status: Status,
+    last_activity_ms: u64,
+    finished_ms: Option<u64>,
+}
+
+#[derive(Debug, Default)]
+struct Model {
+    now_ms: u64,
+    serials: u64,
+    recordings: [Option<ModelRecording>; CONVERSATIONS],
+}
+
+impl Model {
+    fn live(&self, conv: usize) -> Option<&ModelRecording> {
+        self.recordings[conv]
+            .as_ref()
+            .filter(|r| r.status == Status::Recording)
+    }
+
+    fn finish(&mut self, conv: usize, status: Status) {
+        let now = self.now_ms;
+        if let Some(recording) = self.recordings[conv]
+            .as_mut()
+            .filter(|r| r.status == Status::Recording)
+        {
+            recording.status = status;
+            recording.finished_ms = Some(now);
+        }
+    }
+
+    fn start(&mut self, conv: usize) -> u64 {
+        self.serials += 1;
+        self.recordings[conv] = Some(ModelRecording {
+            serial: self.serials,
+            text: String::new(),
+            status: Status::Recording,
+            last_activity_ms: self.now_ms,
+            finished_ms: None,
+        });
+        self.serials
+    }
+
+    fn sweep(&mut self) {
+        let now = self.now_ms;
+        for conv in 0..CONVERSATIONS {
+            if self
+                .live(conv)
+                .is_some_and(|r| now - r.last_activity_ms >= IDLE_MS)
+            {
+                self.finish(conv, Status::Interrupted);
+            }
+        }
+        for recording in &mut self.recordings {
+            if recording
+                .as_ref()
+                .and_then(|r| r.finished_ms)
+                .is_some_and(|finished| finished + RETENTION_MS <= now)
+            {
+                *recording = None;
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The real thing
+
+/// A replay opened by `Subscribe`, and what it has returned so far.
+struct Subscriber {
+    conv: usize,
+    serial: u64,
+    replay: Replay,
+    /// Offset it started from.
+    from: usize,
+    seen: String,
+}
+
+struct Real {
+    path: std::path::PathBuf,
+    clock: ManualClock,
+    store: Store,
+    recorder: Recorder,
+    producers: [Option<Producer>; CONVERSATIONS],
+    subscribers: Vec<Subscriber>,
+}
+
+fn name(conv: usize) -> String {
+    format!("conversation-{conv}")
+}
+
+fn id(conv: usize) -> ConversationId {
+    ConversationId::parse(name(conv).as_bytes()).unwrap()
+}
+
+fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<Store> {
+    Store::open(
+        path,
+        StoreOptions {
+            retention: Duration::from_millis(RETENTION_MS),
+            max_live: 100,
+            clock: Arc::new(clock.clone()),
+        },
+    )
+}
+
+impl Real {
+    fn open(path: std::path::PathBuf, clock: ManualClock) -> Real {
+        let store = open_store(&path, &clock).unwrap();
+        let recorder = Recorder::new(store.clone(), LIMITS);
+        Real {
+            path,
+            clock,
+            store,
+            recorder,
+            producers: Default::default(),
+            subscribers: Vec::new(),
+        }
+    }
+
+    /// Drops every handle and reopens the file; with `stop_writer`, the commit pipeline is
+    /// stopped first, so recordings still live stay `recording` in the file for recovery.
+    async fn crash(self, stop_writer: bool) -> Real {
+        let Real {
+            path,
+            clock,
+            store,
+            recorder,
+            producers,
+            subscribers,
+        } = self;
+        if stop_writer {
+            store.clone().close().await;
+        }
+        drop((subscribers, producers, recorder, store));
+        // Without a stopped pipeline the writer thread lets go of the file once it has
+        // committed what the dropped producers queued; wait for that.
+        let store = tokio::time::timeout(WAIT, async {
+            loop {
+                match open_store(&path, &clock) {
+                    Ok(store) => return store,
+                    Err(Error::DatabaseInUse { .. }) => tokio::task::yield_now().await,
+                    Err(err) => panic!("reopen failed: {err}"),
+                }
+            }
+        })
+        .await
+        .expect("the file was not released");
+        let recorder = Recorder::new(store.clone(), LIMITS);
+        Real {
+            path,
+            clock,
+            store,
+            recorder,
+            producers: Default::default(),
+            subscribers: Vec::new(),
+        }
+    }
+}
+
+async fn within<T>(what: &str, future: impl Future<Output = T>) -> T {
+    tokio::time::timeout(WAIT, future)
+        .await
+        .unwrap_or_else(|_| panic!("{what} did not happen within {WAIT:?}"))
+}
+
+/// Character boundaries of `text` to resume from, picked by `pick`.
+fn boundary(text: &str, pick: u8) -> usize {
+    let boundaries: Vec<usize> = (0..=text.len())
+        .filter(|&i| text.is_char_boundary(i))
+        .collect();
+    boundaries[pick as usize % boundaries.len()]
+}
+
+// ---------------------------------------------------------------------------------------------
+// Applying an op to both
+
+async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
+    match op.clone() {
+        Op::Start { conv, binary } => {
+            let wire = if binary {
+                id(conv).uuid().as_bytes().to_vec()
+            } else {
+                name(conv).into_bytes()
+            };
+            let producer = within(
+                "start",
+                real.recorder.start(ConversationId::parse(&wire).unwrap()),
+            )
+            .await
+            .unwrap();
+            // A producer still attached to a recording it no longer owns just goes away.
+            real.producers[conv] = Some(producer);
+            model.start(conv);
+        }
+        Op::Append {
+            conv,
+            text,
+            id: form,
+        } => {
+            let Some(producer) = real.producers[conv].as_mut() else {
+                return;
+            };
+            let wire = match form {
+                IdForm::Empty => Vec::new(),
+                IdForm::Same => producer.id().original().to_vec(),
+                IdForm::UuidText => id(conv).uuid().hyphenated().to_string().into_bytes(),
+                IdForm::Other => name(conv + 1).into_bytes(),
+            };
+            let accepted = within("append", producer.accept(&wire, &text)).await;
+            let live = model.live(conv).is_some();
+            let len = model.recordings[conv].as_ref().map_or(0, |r| r.text.len());
+            match (accepted, form) {
+                (Err(Error::ConversationIdChanged), IdForm::Other) => {}
+                (Err(Error::ChunkTooLarge { .. }), _) => {
+                    assert!(text.len() > LIMITS.max_chunk_bytes)
+                }
+                (Err(Error::RecordingTooLarge { .. }), _) => {
+                    assert!(len + text.len() > LIMITS.max_recording_bytes as usize || !live)
+                }
+                (Err(err), _) => panic!("append refused: {err}"),
+                (Ok(None), _) => assert!(text.is_empty()),
+                (Ok(Some(committed)), _) => {
+                    assert!(!matches!(form, IdForm::Other), "a changed id was accepted");
+                    let outcome = within("commit", committed).await.unwrap();
+                    if live {
+                        let end = outcome.unwrap_or_else(|e| panic!("append failed: {e}"));
+                        let recording = model.recordings[conv].as_mut().unwrap();
+                        recording.text.push_str(&text);
+                        recording.last_activity_ms = model.now_ms;
+                        assert_eq!(end as usize, recording.text.len(), "acknowledged length");
+                    } else {
+                        // The recording ended (cancelled, superseded, idle): refused.
+                        assert!(outcome.is_err(), "append to an ended recording succeeded");
+                    }
+                }
+            }
+        }
+        Op::Complete { conv } => {
+            let Some(producer) = real.producers[conv].take() else {
+                return;
+            };
+            // The producer of the conversation's latest recording: it owns it while it is live.
+            let owns = model.live(conv).is_some();
+            let progress = within("complete", producer.complete()).await.unwrap();
+            if owns {
+                assert_eq!(progress.status, Status::Completed);
+                model.finish(conv, Status::Completed);
+            } else {
+                assert_ne!(progress.status, Status::Completed);
+            }
+        }
+        Op::Cancel { conv } => {
+            let accepted = within("cancel", real.recorder.cancel(&id(conv)))
+                .await
+                .unwrap();
+            let expected = match &model.recordings[conv] {
+                Some(r) => matches!(r.status, Status::Recording | Status::Cancelled),
+                None => false,
+            };
+            assert_eq!(accepted, expected, "cancel accepted");
+            model.finish(conv, Status::Cancelled);
+        }
+        Op::Interrupt { conv } => {
+            let Some(producer) = real.producers[conv].take() else {
+                return;
+            };
+            let owns = model.live(conv).is_some();
+            within("interrupt", producer.interrupt("stream failed".into())).await;
+            if owns {
+                model.finish(conv, Status::Interrupted);
+            }
+        }
+        Op::Vanish { conv } => {
+            let Some(producer) = real.producers[conv].take() else {
+                return;
+            };
+            let owns = model.live(conv).is_some();
+            let mut progress = producer.tape().subscribe();
+            drop(producer);
+            // The end is committed in the background; it is visible once published.
+            within("vanish", progress.wait_for(|p| !p.status.is_live()))
+                .await
+                .unwrap();
+            if owns {
+                model.finish(conv, Status::Interrupted);
+            }
+        }
+        Op::Subscribe { conv, offset_pick } => {
+            let Some(recording) = model.recordings[conv].clone() else {
+                return;
+            };
+            let from = boundary(&recording.text, offset_pick);
+            let replay = within("subscribe", real.recorder.replay(&id(conv), from as u64))
+                .await
+                .unwrap();
+            real.subscribers.push(Subscriber {
+                conv,
+                serial: recording.serial,
+                replay,
+                from,
+                seen: String::new(),
+            });
+        }
+        Op::Sweep { ms } => {
+            real.clock.advance(ms);
+            model.now_ms += ms;
+            within(
+                "sweep",
+                sweeper::sweep_once(&real.store, Duration::from_millis(IDLE_MS)),
+            )
+            .await
+            .unwrap();
+            model.sweep();
+        }
+        Op::Crash { .. } => unreachable!("handled by the caller"),
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Checking the real thing against the model
+
+async fn check(real: &mut Real, model: &Model, step: usize) {
+    for conv in 0..CONVERSATIONS {
+        check_replays(real, model, conv, step).await;
+    }
+    check_subscribers(real, model, step).await;
+    let ids: Vec<Vec<u8>> = (0..CONVERSATIONS).map(|c| name(c).into_bytes()).collect();
+    let live = real.recorder.check_live(&ids).unwrap();
+    let expected: Vec<Vec<u8>> = (0..CONVERSATIONS)
+        .filter(|&c| model.live(c).is_some())
+        .map(|c| name(c).into_bytes())
+        .collect();
+    assert_eq!(live, expected, "step {step}: live check");
+}
+
+async fn check_replays(real: &Real, model: &Model, conv: usize, step: usize) {
+    let what = format!("step {step}: replay of conversation {conv}");
+    let Some(recording) = &model.recordings[conv] else {
+        let err = real.recorder.replay(&id(conv), 0).await.err();
+        assert!(
+            matches!(err, Some(Error::RecordingNotFound { .. })),
+            "{what}: expected NOT_FOUND, got {err:?}"
+        );
+        return;
+    };
+    let text = &recording.text;
+    let mut offsets = vec![0, text.len()];
+    offsets.extend(
+        (1..text.len())
+            .filter(|&i| text.is_char_boundary(i))
+            .take(3),
+    );
+    for from in offsets {
+        let mut replay = within(&what, real.recorder.replay(&id(conv), from as u64))
+            .await
+            .unwrap_or_else(|e| panic!("{what} from {from}: {e}"));
+        let mut seen = String::new();
+        while from + seen.len() < text.len() {
+            let piece = within(&what, replay.next())
+                .await
+                .unwrap_or_else(|e| panic!("{what}: {e}"))
+                .unwrap_or_else(|| panic!("{what} from {from}: ended early"));
+            seen.push_str(&piece.text);
+            assert_eq!(
+                piece.end_offset as usize,
+                from + seen.len(),
+                "{what}: offset"
+            );
+        }
+        assert_eq!(seen, text[from..], "{what} from {from}");
+        if recording.status != Status::Recording {
+            let end = within(&what, replay.next()).await.unwrap();
+            assert!(end.is_none(), "{what}: more than recorded: {end:?}");
+            assert_eq!(replay.ending(), Some(recording.status), "{what}: ending");
+        }
+    }
+    // Offsets that are not resumable.
+    let past = real.recorder.replay(&id(conv), text.len() as u64 + 1).await;
+    if recording.status == Status::Recording {
+        assert!(past.is_ok(), "{what}: a live resume past the end waits");
+    } else {
+        assert!(
+            matches!(past, Err(Error::OffsetOutOfRange { .. })),
+            "{what}: past the end: {:?}",
+            past.err()
+        );
+    }
+    if let Some(inside) = (1..text.len()).find(|&i| !text.is_char_boundary(i)) {
+        let result = real.recorder.replay(&id(conv), inside as u64).await;
+        assert!(
+            matches!(result, Err(Error::OffsetInsideCharacter { .. })),
+            "{what}: inside a character: {:?}",
+            result.err()
+        );
+    }
+}
+
+/// Every subscriber has received exactly the model's text from where it started, and has
+/// ended, with the right status, once its recording did.
+async fn check_subscribers(real: &mut Real, model: &Model, step: usize) {
+    let mut still_open = Vec::new();
+    for mut sub in std::mem::take(&mut real.subscribers) {
+        let what = format!("step {step}: subscriber of conversation {}", sub.conv);
+        let current = model.recordings[sub.conv]
+            .as_ref()
+            .filter(|r| r.serial == sub.serial);
+        match current {
+            Some(recording) => {
+                let len = recording.text.len() - sub.from;
+                let mut seen = std::mem::take(&mut sub.seen);
+                read_exactly_from(&mut sub.replay, &mut seen, sub.from, len, &what).await;
+                assert_eq!(seen, recording.text[sub.from..], "{what}");
+                sub.seen = seen;
+                if recording.status == Status::Recording {
+                    still_open.push(sub);
+                } else {
+                    let end = within(&what, sub.replay.next()).await.unwrap();
+                    assert!(end.is_none(), "{what}: more than recorded");
+                    assert_eq!(sub.replay.ending(), Some(recording.status), "{what}");
+                }
+            }
+            None => {
+                // Replaced by a newer recording (or collected after it ended, which only
+                // happens after this subscriber saw the end): it ends without more text.
+                let end = within(&what, sub.replay.next()).await;
+                assert!(matches!(end, Ok(None)), "{what}: {end:?}");
+                assert_eq!(sub.replay.ending(), Some(Status::Superseded), "{what}");
+            }
+        }
+    }
+    real.subscribers = still_open;
+}
+
+async fn read_exactly_from(
+    replay: &mut Replay,
+    seen: &mut String,
+    from: usize,
+    len: usize,
+    what: &str,
+) {
+    while seen.len() < len {
+        let piece = within(what, replay.next())
+            .await
+            .unwrap_or_else(|e| panic!("{what}: {e}"))
+            .unwrap_or_else(|| panic!("{what}: ended at {} of {len}", seen.len()));
+        seen.push_str(&piece.text);
+        assert_eq!(
+            piece.end_offset as usize,
+            from + seen.len(),
+            "{what}: offset"
+        );
+    }
+}
+
+async fn run(ops: Vec<Op>) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_700_000_000_000);
+    let mut model = Model {
+        now_ms: clock.now_ms(),
+        ..Model::default()
+    };
+    let mut real = Real::open(dir.path().join("model.redb"), clock);
+    for (step, op) in ops.iter().enumerate() {
+        if let Op::Crash { drop_only } = op {
+            real = real.crash(!drop_only).await;
+            // Every recording that was live is interrupted, as of the reopen.
+            for conv in 0..CONVERSATIONS {
+                model.finish(conv, Status::Interrupted);
+            }
+        } else {
+            apply(&mut real, &mut model, op).await;
+        }
+        check(&mut real, &model, step).await;
+    }
+    drop(real.subscribers);
+    drop(real.producers);
+    real.store.close().await;
+}
+
+fn cases() -> u32 {
+    std::env::var("PROPTEST_CASES")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(DEFAULT_CASES)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig {
+        cases: cases(),
+        failure_persistence: None,
+        ..ProptestConfig::default()
+    })]
+
+    #[test]
+    fn the_recorder_behaves_like_its_model(ops in prop::collection::vec(op(), 1..50)) {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .enable_all()
+            .build()
+            .unwrap();
+        runtime.block_on(run(ops));
+    }
+}
