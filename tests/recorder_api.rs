@@ -563,7 +563,10 @@ async fn replays_opened_while_recordings_start_always_end() {
         let recording = Recording::open(&client, id.as_bytes()).await;
         recording.send("raced").await;
         let replay = replay_from(&client, id.as_bytes(), 0).await;
-        assert_eq!(recording.complete().await.unwrap().status, RecordStatus::Success as i32);
+        assert_eq!(
+            recording.complete().await.unwrap().status,
+            RecordStatus::Success as i32
+        );
         match replay {
             Ok(stream) => {
                 let replayed = read_all(stream).await.unwrap();
