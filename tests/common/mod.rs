@@ -292,6 +292,12 @@ pub struct BinaryServer {
 impl BinaryServer {
     /// Starts `tapedeck serve` on `data_dir` and waits until it listens.
     pub fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
+        Self::start(data_dir, extra_args, None)
+    }
+
+    /// Starts the binary; reads its log until the listening line, then keeps draining it (into
+    /// `keep`, if given) so the server never blocks on a full pipe.
+    fn start(data_dir: &Path, extra_args: &[&str], keep: Option<LogLines>) -> BinaryServer {
         use std::io::BufRead;
         let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
             .args([
@@ -309,8 +315,6 @@ impl BinaryServer {
             .expect("cannot start the tapedeck binary");
         let stderr = child.stderr.take().unwrap();
         let (found, addr) = std::sync::mpsc::channel();
-        // Reads the log until the listening line, then keeps draining it so the server never
-        // blocks on a full pipe.
         std::thread::spawn(move || {
             for line in std::io::BufReader::new(stderr)
                 .lines()
@@ -321,6 +325,9 @@ impl BinaryServer {
                 {
                     let rest = &line[start + 8..];
                     let _ = found.send(rest[..rest.find('"').unwrap()].to_string());
+                }
+                if let Some(keep) = &keep {
+                    keep.lock().unwrap().push(line);
                 }
             }
         });
@@ -485,49 +492,11 @@ pub type LogLines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 impl BinaryServer {
     /// As [`BinaryServer::spawn`], also keeping every log line the server writes.
     pub fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--data-dir",
-            ])
-            .arg(data_dir)
-            .args(extra_args)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("cannot start the tapedeck binary");
-        let stderr = child.stderr.take().unwrap();
         let lines = LogLines::default();
-        let log = lines.clone();
-        let (found, addr) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if line.contains("tapedeck listening")
-                    && let Some(start) = line.find("\"addr\":\"")
-                {
-                    let rest = &line[start + 8..];
-                    let _ = found.send(rest[..rest.find('"').unwrap()].to_string());
-                }
-                log.lock().unwrap().push(line);
-            }
-        });
-        let addr = addr
-            .recv_timeout(WAIT)
-            .expect("the binary did not report its address")
-            .parse()
-            .unwrap();
-        let server = BinaryServer {
-            addr,
-            child: Some(child),
-        };
-        (server, lines)
+        (
+            Self::start(data_dir, extra_args, Some(lines.clone())),
+            lines,
+        )
     }
 }
 
