@@ -56,7 +56,8 @@ async fn ten_thousand_unread_replays_keep_server_memory_bounded() {
     let dir = tempfile::tempdir().unwrap();
     let server = BinaryServer::spawn(dir.path(), &[]);
     let client = server.recorder().await;
-    let chunk = "x".repeat(64 * 1024);
+    // Tokens of 4 KiB: more than an LLM token, small next to a message.
+    let chunk = "x".repeat(4 * 1024);
     let tokens: Vec<&str> = (0..RECORDING_BYTES / chunk.len())
         .map(|_| chunk.as_str())
         .collect();
