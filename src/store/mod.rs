@@ -5,8 +5,12 @@
 //! layout can change without touching callers.
 
 mod database;
+mod journal;
+#[cfg(test)]
+mod journal_tests;
 mod recovery;
 pub mod schema;
+mod stored;
 pub mod sweeper;
 mod tape;
 #[cfg(test)]
@@ -25,7 +29,9 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use database::DbHandle;
+use journal::JournalIndex;
 pub use schema::{RecordingMeta, Status};
+use stored::StoredChunks;
 pub use tape::{Chunk, Committed, Progress, Tape, TapeWriter};
 pub use writer::SweepReport;
 use writer::{LiveTapes, Op, Writer, WriterSettings};
@@ -64,6 +70,7 @@ struct Inner {
     db: Arc<DbHandle>,
     ops: mpsc::Sender<Op>,
     live: LiveTapes,
+    journal: Arc<JournalIndex>,
     clock: Arc<dyn Clock>,
     writer: Mutex<Option<JoinHandle<()>>>,
 }
@@ -85,10 +92,12 @@ impl Store {
         let db = recovery::open(path, options.clock.now_ms(), retention_ms)?;
         let db = Arc::new(DbHandle::new(path, db)?);
         let live: LiveTapes = Arc::new(Mutex::new(HashMap::new()));
+        let journal = Arc::new(JournalIndex::default());
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
         let writer = Writer::new(
             db.clone(),
             live.clone(),
+            journal.clone(),
             WriterSettings {
                 retention_ms,
                 max_live: options.max_live,
@@ -104,6 +113,7 @@ impl Store {
                 db,
                 ops,
                 live,
+                journal,
                 clock: options.clock,
                 writer: Mutex::new(Some(handle)),
             }),
@@ -208,14 +218,22 @@ impl Store {
         self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// The stored meta of conversation `key`'s latest recording.
+    /// The stored meta of conversation `key`'s latest recording. For a live one, the chunk
+    /// count and byte length are what is committed now (the row itself holds them only once
+    /// the recording has ended).
     pub async fn meta(&self, key: u128) -> Result<Option<RecordingMeta>> {
+        let journal = self.inner.journal.last(key);
         self.read(move |txn| {
             let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
-            match recordings.get(key).map_err(Error::storage)? {
-                Some(bytes) => Ok(Some(schema::decode_meta(bytes.value())?)),
-                None => Ok(None),
+            let Some(bytes) = recordings.get(key).map_err(Error::storage)? else {
+                return Ok(None);
+            };
+            let mut meta = schema::decode_meta(bytes.value())?;
+            if meta.status.is_live() {
+                (meta.chunk_count, meta.byte_len) =
+                    StoredChunks::open(txn, key, journal)?.progress()?;
             }
+            Ok(Some(meta))
         })
         .await
     }
@@ -232,34 +250,14 @@ impl Store {
         from: u64,
         max_bytes: usize,
     ) -> Result<Vec<Chunk>> {
+        // Every stored chunk holds at least a byte, but take a few more in case one is empty.
+        let journal = self
+            .inner
+            .journal
+            .view(key, from, max_bytes.saturating_add(64));
         self.read(move |txn| {
             check_generation(txn, key, generation)?;
-            let chunks = txn.open_table(schema::CHUNKS).map_err(Error::storage)?;
-            let mut out = Vec::new();
-            let mut bytes = 0;
-            for entry in chunks
-                .range((key, from)..=(key, u64::MAX))
-                .map_err(Error::storage)?
-            {
-                let (k, v) = entry.map_err(Error::storage)?;
-                if k.value().1 != from + out.len() as u64 {
-                    return Err(being_collected(key));
-                }
-                let (offset, text) = schema::decode_chunk(v.value())?;
-                if !out.is_empty() && bytes + text.len() > max_bytes {
-                    break;
-                }
-                bytes += text.len();
-                out.push(Chunk {
-                    index: k.value().1,
-                    offset,
-                    text: Arc::from(text),
-                });
-                if bytes >= max_bytes {
-                    break;
-                }
-            }
-            Ok(out)
+            StoredChunks::open(txn, key, journal)?.read_from(from, max_bytes)
         })
         .await
     }
@@ -274,17 +272,17 @@ impl Store {
         chunk_count: u64,
         offset: u64,
     ) -> Result<u64> {
+        let journal = self.inner.journal.view(key, 0, usize::MAX);
         self.read(move |txn| {
             check_generation(txn, key, generation)?;
-            let chunks = txn.open_table(schema::CHUNKS).map_err(Error::storage)?;
+            let chunks = StoredChunks::open(txn, key, journal)?;
             // Invariant: chunk `low` starts at or before `offset`; chunk `high` starts after it.
             let (mut low, mut high) = (0, chunk_count);
             while high - low > 1 {
                 let mid = low + (high - low) / 2;
-                let start = match chunks.get((key, mid)).map_err(Error::storage)? {
-                    Some(v) => schema::chunk_offset(v.value())?,
-                    None => return Err(being_collected(key)),
-                };
+                let start = chunks
+                    .offset_of(mid)?
+                    .ok_or_else(|| stored::being_collected(key))?;
                 if start <= offset {
                     low = mid;
                 } else {
@@ -323,19 +321,11 @@ impl Store {
     }
 }
 
-/// A recording's chunks are stored without gaps, except while the sweeper deletes an expired
-/// one over several commits (oldest chunks first): then it is as good as gone.
-fn being_collected(key: u128) -> Error {
-    Error::RecordingNotFound {
-        id: uuid::Uuid::from_u128(key).to_string(),
-    }
-}
-
 fn check_generation(txn: &redb::ReadTransaction, key: u128, generation: u64) -> Result<()> {
     let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
     let meta = match recordings.get(key).map_err(Error::storage)? {
         Some(bytes) => schema::decode_meta(bytes.value())?,
-        None => return Err(being_collected(key)),
+        None => return Err(stored::being_collected(key)),
     };
     if meta.generation != generation {
         return Err(Error::Superseded);

@@ -1,17 +1,21 @@
-//! Opening the database file: creating it, checking its schema version, and closing off the
-//! recordings a crash left in progress so that no reader waits on them forever.
+//! Opening the database file: creating it, checking its schema version, folding the journal
+//! (its in-memory index did not survive), and closing off the recordings a crash left in
+//! progress so that no reader waits on them forever.
 use std::path::Path;
 
-use redb::{Database, ReadableTable};
+use redb::{Database, ReadableDatabase, ReadableTable};
 
+use super::journal::{self, JournalView};
 use super::schema::{
-    EXPIRY, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, Status, decode_meta, encode_meta,
+    CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY,
+    SCHEMA_VERSION_WITHOUT_JOURNAL, Status, decode_meta, encode_meta,
 };
+use super::stored::StoredChunks;
 use crate::error::{Error, Result};
 
-/// Opens (or creates) the database at `path`, repairing it after a crash, and marks every
-/// recording still `recording` as `interrupted` (its producer is gone), to expire after
-/// `retention_ms`.
+/// Opens (or creates) the database at `path`, repairing it after a crash, folds the journal
+/// into `chunks`, and marks every recording still `recording` as `interrupted` (its producer
+/// is gone), to expire after `retention_ms`.
 ///
 /// Fails when the file is not a redb database, has another schema version, or cannot be read.
 pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Database> {
@@ -20,6 +24,7 @@ pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Databa
     let opened = quietly_catch_panic(|| {
         let db = create(path)?;
         check_schema(&db, path)?;
+        fold_journal(&db)?;
         let interrupted = interrupt_live_recordings(&db, now_ms, retention_ms)?;
         Ok((db, interrupted))
     });
@@ -164,6 +169,12 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
             .map(|v| v.value());
         match found {
             Some(SCHEMA_VERSION) => {}
+            Some(SCHEMA_VERSION_WITHOUT_JOURNAL) => {
+                // Only the journal table is new; it is created below.
+                tracing::info!(path = %path.display(), "upgrading the database to schema {SCHEMA_VERSION}");
+                meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
+                    .map_err(Error::storage)?;
+            }
             Some(found) => {
                 return Err(Error::SchemaVersion {
                     path: path.to_path_buf(),
@@ -177,29 +188,53 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
             }
         }
         // Create every table up front so readers never meet a missing one.
-        txn.open_table(super::schema::CHUNKS)
-            .map_err(Error::storage)?;
+        txn.open_table(CHUNKS).map_err(Error::storage)?;
+        txn.open_table(JOURNAL).map_err(Error::storage)?;
         txn.open_table(RECORDINGS).map_err(Error::storage)?;
         txn.open_table(EXPIRY).map_err(Error::storage)?;
     }
     txn.commit().map_err(Error::storage)
 }
 
-/// Scans the `recordings` rows (never the chunks) and ends the live ones as `interrupted`.
+/// Moves every journal entry into `chunks`: the writer starts with an empty journal. The
+/// journal is folded whenever it reaches a few thousand entries, so this stays quick.
+fn fold_journal(db: &Database) -> Result<()> {
+    let txn = db.begin_write().map_err(Error::storage)?;
+    let folded = journal::fold_all(&txn)?;
+    txn.commit().map_err(Error::storage)?;
+    if folded > 0 {
+        tracing::info!(
+            chunks = folded,
+            "folded the journal left by the previous run"
+        );
+    }
+    Ok(())
+}
+
+/// Scans the `recordings` rows and ends the live ones as `interrupted`, with the chunk count
+/// and length read off their last chunk (never a scan of their chunks).
 fn interrupt_live_recordings(db: &Database, now_ms: u64, retention_ms: u64) -> Result<u64> {
+    let mut live = Vec::new();
+    {
+        let txn = db.begin_read().map_err(Error::storage)?;
+        let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+        for entry in recordings.iter().map_err(Error::storage)? {
+            let (key, value) = entry.map_err(Error::storage)?;
+            let mut meta = decode_meta(value.value())?;
+            if meta.status.is_live() {
+                let key = key.value();
+                // The journal is empty now: every chunk is in `chunks`.
+                (meta.chunk_count, meta.byte_len) =
+                    StoredChunks::open(&txn, key, JournalView::default())?.progress()?;
+                live.push((key, meta));
+            }
+        }
+    }
     let txn = db.begin_write().map_err(Error::storage)?;
     let mut count = 0;
     {
         let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
         let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
-        let mut live = Vec::new();
-        for entry in recordings.iter().map_err(Error::storage)? {
-            let (key, value) = entry.map_err(Error::storage)?;
-            let meta = decode_meta(value.value())?;
-            if meta.status.is_live() {
-                live.push((key.value(), meta));
-            }
-        }
         for (key, mut meta) in live {
             let expires = now_ms.saturating_add(retention_ms);
             meta.status = Status::Interrupted;

@@ -1,16 +1,27 @@
 //! The redb tables and how their values are encoded. A recording is one contiguous key range of
-//! `chunks`, one `recordings` row, and, once finished, one `expiry` entry.
+//! `chunks` followed by its newest chunks in `journal` (not yet folded into `chunks`), one
+//! `recordings` row, and, once finished, one `expiry` entry.
 use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 
 /// Version of the layout below; a file with another version is refused on open.
-pub const SCHEMA_VERSION: u64 = 1;
+pub const SCHEMA_VERSION: u64 = 2;
+/// The layout before the journal: the same tables without `journal`, so its files are
+/// upgraded in place by creating that table.
+pub const SCHEMA_VERSION_WITHOUT_JOURNAL: u64 = 1;
 
 /// `(conversation, chunk index)` → chunk start byte offset (8 bytes, little-endian) + UTF-8 text.
 pub(crate) const CHUNKS: TableDefinition<(u128, u64), &[u8]> = TableDefinition::new("chunks");
-/// conversation → bincode [`RecordingMeta`] of its latest recording.
+/// Append order → conversation (16 bytes, little-endian), chunk index (8 bytes, little-endian),
+/// then the chunk's value as in [`CHUNKS`]. Every commit appends at its end, so a commit writes
+/// the same few pages however many recordings it touches; the writer folds the oldest entries
+/// into `chunks` in bulk.
+pub(crate) const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("journal");
+/// conversation → bincode [`RecordingMeta`] of its latest recording. Its chunk count and byte
+/// length are written when the recording ends (or is found interrupted on open); while it is
+/// live they are 0 in the file and its progress is read from its chunks.
 pub(crate) const RECORDINGS: TableDefinition<u128, &[u8]> = TableDefinition::new("recordings");
 /// `(expires at, ms since epoch; conversation)` → nothing: the GC schedule in time order.
 pub(crate) const EXPIRY: TableDefinition<(u64, u128), ()> = TableDefinition::new("expiry");
@@ -93,6 +104,32 @@ pub(crate) fn encode_chunk_into(value: &mut Vec<u8>, offset: u64, text: &str) {
     value.clear();
     value.extend_from_slice(&offset.to_le_bytes());
     value.extend_from_slice(text.as_bytes());
+}
+
+/// Length of a journal value's head: conversation and chunk index.
+const JOURNAL_HEAD: usize = 24;
+
+/// Encodes a journal value into `value`, replacing what it held.
+pub(crate) fn encode_journal_into(value: &mut Vec<u8>, key: u128, index: u64, chunk: (u64, &str)) {
+    value.clear();
+    value.extend_from_slice(&key.to_le_bytes());
+    value.extend_from_slice(&index.to_le_bytes());
+    value.extend_from_slice(&chunk.0.to_le_bytes());
+    value.extend_from_slice(chunk.1.as_bytes());
+}
+
+/// The conversation and chunk index of a journal value, and the chunk value it carries.
+pub(crate) fn decode_journal(value: &[u8]) -> Result<(u128, u64, &[u8])> {
+    if value.len() < JOURNAL_HEAD {
+        return Err(Error::Corrupt(
+            "journal entry shorter than its header".into(),
+        ));
+    }
+    let (key, rest) = value.split_at(16);
+    let (index, chunk) = rest.split_at(8);
+    let key = u128::from_le_bytes(key.try_into().expect("16 bytes"));
+    let index = u64::from_le_bytes(index.try_into().expect("8 bytes"));
+    Ok((key, index, chunk))
 }
 
 /// The start offset of a stored chunk, without decoding its text.

@@ -21,7 +21,7 @@ use crate::error::Error;
 use crate::id::ConversationId;
 
 /// Where every test clock starts, in ms since the epoch.
-const T0: u64 = 1_700_000_000_000;
+pub(super) const T0: u64 = 1_700_000_000_000;
 const RETENTION: Duration = Duration::from_secs(10 * 60);
 const IDLE: Duration = Duration::from_secs(60 * 60);
 /// Longest any single event may take before a test gives up.
@@ -37,11 +37,11 @@ const CHILD_LIVE: &str = "live-at-kill";
 /// The child's live recording holds at least this many acknowledged chunks when it is killed.
 const CHILD_ACKED_BEFORE_KILL: u64 = 20;
 
-fn db_path(dir: &TempDir) -> PathBuf {
+pub(super) fn db_path(dir: &TempDir) -> PathBuf {
     dir.path().join("tapedeck.redb")
 }
 
-fn options(clock: &ManualClock) -> StoreOptions {
+pub(super) fn options(clock: &ManualClock) -> StoreOptions {
     StoreOptions {
         retention: RETENTION,
         max_live: 100,
@@ -49,27 +49,27 @@ fn options(clock: &ManualClock) -> StoreOptions {
     }
 }
 
-fn open(dir: &TempDir, clock: &ManualClock) -> Store {
+pub(super) fn open(dir: &TempDir, clock: &ManualClock) -> Store {
     Store::open(&db_path(dir), options(clock)).unwrap()
 }
 
-fn fresh() -> (TempDir, ManualClock, Store) {
+pub(super) fn fresh() -> (TempDir, ManualClock, Store) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let store = open(&dir, &clock);
     (dir, clock, store)
 }
 
-fn id(name: &str) -> ConversationId {
+pub(super) fn id(name: &str) -> ConversationId {
     ConversationId::parse(name.as_bytes()).unwrap()
 }
 
-fn ms(duration: Duration) -> u64 {
+pub(super) fn ms(duration: Duration) -> u64 {
     duration.as_millis() as u64
 }
 
 /// The committed length an ack reports; panics if it does not come in time.
-async fn acked(committed: Committed) -> crate::Result<u64> {
+pub(super) async fn acked(committed: Committed) -> crate::Result<u64> {
     tokio::time::timeout(WAIT, committed)
         .await
         .expect("the ack came in time")
@@ -77,7 +77,7 @@ async fn acked(committed: Committed) -> crate::Result<u64> {
 }
 
 /// Appends every text and waits for all of them to be committed; returns the committed length.
-async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
+pub(super) async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
     let mut last = None;
     for text in texts {
         last = Some(writer.append(text).await.unwrap());
@@ -89,22 +89,32 @@ async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
     }
 }
 
-async fn all_chunks(store: &Store, key: u128, generation: u64) -> Vec<Chunk> {
+pub(super) async fn all_chunks(store: &Store, key: u128, generation: u64) -> Vec<Chunk> {
     store
         .read_chunks(key, generation, 0, usize::MAX)
         .await
         .unwrap()
 }
 
-fn texts_of(chunks: &[Chunk]) -> Vec<String> {
+pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
     chunks.iter().map(|c| c.text.to_string()).collect()
 }
 
 /// Chunks of `key` in the file, whatever recording they belong to.
-fn stored_chunks(store: &Store, key: u128) -> usize {
+pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
     let txn = store.inner.db.begin_read().unwrap();
     let chunks = txn.open_table(schema::CHUNKS).unwrap();
-    chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count()
+    let journal = txn.open_table(schema::JOURNAL).unwrap();
+    let folded = chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count();
+    let unfolded = journal
+        .iter()
+        .unwrap()
+        .filter(|entry| {
+            let (_, value) = entry.as_ref().unwrap();
+            schema::decode_journal(value.value()).unwrap().0 == key
+        })
+        .count();
+    folded + unfolded
 }
 
 /// `expiry` entries of `key` in the file.
@@ -767,10 +777,9 @@ async fn failed_tape_refuses_appends() {
     let mut writer = store.start(&id("doomed")).await.unwrap();
     let tape = writer.tape().clone();
     record(&mut writer, &["fine"]).await;
-    // A row that no longer decodes makes the next commit touching it fail.
+    // A row that no longer decodes makes the next commit touching it (its end) fail.
     corrupt_meta(&store, tape.key());
-    let failing = writer.append("lost").await.unwrap();
-    assert!(acked(failing).await.is_err());
+    assert!(store.end(&tape, Status::Completed, None).await.is_err());
     assert_eq!(tape.progress().status, Status::Failed);
     assert!(tape.end_message().unwrap().contains("storage failure"));
     assert!(store.live(tape.key()).is_none());
@@ -790,10 +799,12 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
     store.close().await;
     corrupt_meta(&handle, broken.tape().key());
 
-    // Queue both appends before the writer runs, so that they share one transaction.
+    // Queue everything before the writer runs, so that it shares one transaction: an append
+    // applied before the failing end, the end, and an append after it.
     let writer = Writer::new(
         handle.inner.db.clone(),
         handle.inner.live.clone(),
+        handle.inner.journal.clone(),
         WriterSettings {
             retention_ms: ms(RETENTION),
             max_live: 100,
@@ -802,7 +813,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
     );
     let (ops, queue) = mpsc::channel(8);
     let mut acks = Vec::new();
-    for tape in [broken.tape(), bystander.tape()] {
+    let append = |tape: &Arc<super::Tape>| {
         let (done, ack) = oneshot::channel();
         let chunk = Chunk {
             index: 0,
@@ -815,8 +826,18 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
             done,
         })
         .unwrap();
-        acks.push(ack);
-    }
+        ack
+    };
+    acks.push(append(broken.tape()));
+    let (done, ended) = oneshot::channel();
+    ops.try_send(Op::Finish {
+        tape: broken.tape().clone(),
+        status: Status::Completed,
+        message: None,
+        done,
+    })
+    .unwrap();
+    acks.push(append(bystander.tape()));
     ops.try_send(Op::Close).unwrap();
     std::thread::spawn(move || writer.run(queue))
         .join()
@@ -825,6 +846,9 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
     for ack in acks {
         assert!(matches!(ack.await, Ok(Err(_))), "every producer hears");
     }
+    assert!(matches!(ended.await, Ok(Err(_))));
+    assert_eq!(broken.tape().progress().status, Status::Failed);
+    assert_eq!(stored_chunks(&handle, broken.tape().key()), 0);
     assert_eq!(bystander.tape().progress().status, Status::Failed);
     assert!(handle.live(bystander.tape().key()).is_none());
     assert_eq!(stored_chunks(&handle, bystander.tape().key()), 0);

@@ -9,8 +9,9 @@ use redb::ReadableTable;
 use tokio::sync::{mpsc, oneshot};
 
 use super::database::DbHandle;
+use super::journal::{self, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable, Size};
 use super::schema::{
-    self, CHUNKS, EXPIRY, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
+    self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
 };
 use super::tape::{Chunk, Tape};
 use crate::clock::Clock;
@@ -70,7 +71,12 @@ pub(crate) struct WriterSettings {
 pub(crate) struct Writer {
     db: Arc<DbHandle>,
     live: LiveTapes,
+    journal: Arc<JournalIndex>,
     settings: WriterSettings,
+    /// Sequence number of the next journal entry.
+    next_seq: u64,
+    /// What the journal holds, committed and not yet folded.
+    journal_size: Size,
 }
 
 /// What to do once a transaction is committed (or has failed).
@@ -143,12 +149,25 @@ struct MetaCache {
 }
 
 impl Writer {
-    pub(crate) fn new(db: Arc<DbHandle>, live: LiveTapes, settings: WriterSettings) -> Self {
-        Self { db, live, settings }
+    /// A writer over `db`, whose journal was folded away on open.
+    pub(crate) fn new(
+        db: Arc<DbHandle>,
+        live: LiveTapes,
+        journal: Arc<JournalIndex>,
+        settings: WriterSettings,
+    ) -> Self {
+        Self {
+            db,
+            live,
+            journal,
+            settings,
+            next_seq: 0,
+            journal_size: Size::default(),
+        }
     }
 
     /// Serves ops until told to close or every sender is gone.
-    pub(crate) fn run(self, mut ops: mpsc::Receiver<Op>) {
+    pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Op>) {
         let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
         while let Some(op) = ops.blocking_recv() {
             let mut closing = self.push(&mut batch, op);
@@ -187,7 +206,7 @@ impl Writer {
         }
     }
 
-    fn commit(&self, batch: &mut Vec<Op>) {
+    fn commit(&mut self, batch: &mut Vec<Op>) {
         if let Some(err) = self.db.full_error() {
             // The disk is full: what would grow the file fails now, ending its recording.
             let (refused, rest): (Vec<Op>, Vec<Op>) = batch
@@ -201,9 +220,16 @@ impl Writer {
         if batch.is_empty() {
             return;
         }
+        if batch.iter().any(|op| matches!(op, Op::Sweep { .. })) {
+            // Sweeps delete folded chunks in bounded commits; unfolded ones would all have to
+            // go at once, with their recording's row.
+            while self.journal_size.entries > 0 && self.fold() > 0 {}
+        }
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
-        let outcome = self.apply_all(&mut ops, &mut effects);
+        let mut delta = JournalDelta::new(self.next_seq);
+        let outcome = self.apply_all(&mut ops, &mut effects, &mut delta);
+        self.next_seq = delta.next_seq();
         if outcome.is_ok()
             && effects
                 .iter()
@@ -212,7 +238,11 @@ impl Writer {
             self.db.collected();
         }
         match outcome {
-            Ok(()) => self.publish(effects),
+            Ok(()) => {
+                self.journal_size = delta.commit_to(&self.journal, self.journal_size);
+                self.publish(effects);
+                self.fold_if_due();
+            }
             Err(err) => {
                 // The ops after the one that failed were never applied; they fail too.
                 let unapplied: Vec<Op> = ops.collect();
@@ -228,31 +258,62 @@ impl Writer {
         }
     }
 
+    /// Applies `ops` in one transaction and commits it; `delta` gathers its journal changes.
     fn apply_all(
         &self,
         ops: &mut impl Iterator<Item = Op>,
         effects: &mut Vec<Effect>,
+        delta: &mut JournalDelta,
     ) -> Result<()> {
         let txn = self.db.begin_write()?;
         let now = self.settings.clock.now_ms();
         {
-            let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-            let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-            let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
-            let mut tables = Tables {
-                chunks: &mut chunks,
-                recordings: &mut recordings,
-                expiry: &mut expiry,
-                metas: MetaCache::default(),
-                scratch: Vec::new(),
-                now,
-            };
+            let mut tables = Tables::open(&txn, &self.journal, delta, now)?;
             for op in ops {
                 self.apply(&mut tables, op, effects)?;
             }
             tables.flush_metas()?;
         }
         txn.commit().map_err(Error::storage)
+    }
+
+    /// Folds the oldest journal entries into `chunks` once there are enough of them.
+    fn fold_if_due(&mut self) {
+        if self.journal_size.is_due() {
+            self.fold();
+        }
+    }
+
+    /// Folds the oldest journal entries into `chunks`, in a commit of its own; returns how
+    /// many. A fold that fails leaves the journal as it was (readers find the
+    /// entries there) and is tried again later; none is tried while the disk is full.
+    fn fold(&mut self) -> u64 {
+        if self.db.full_error().is_some() {
+            return 0;
+        }
+        let folded = self.db.begin_write().and_then(|txn| {
+            let fold = journal::fold(&txn)?;
+            txn.commit().map_err(Error::storage)?;
+            Ok(fold)
+        });
+        match folded {
+            Ok(fold) => {
+                fold.commit_to(&self.journal);
+                self.journal_size = self.journal_size.minus(fold.size);
+                tracing::debug!(
+                    entries = fold.size.entries,
+                    bytes = fold.size.bytes,
+                    left = self.journal_size.entries,
+                    "folded journal"
+                );
+                fold.size.entries
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "folding the journal failed; will retry");
+                self.db.recover(&err);
+                0
+            }
+        }
     }
 
     /// Applies one op to the open transaction, queueing what to do once it is committed.
@@ -303,18 +364,25 @@ impl Writer {
                     let _ = done.send(Err(ended_error(&tape)));
                     return Ok(());
                 }
-                let (key, index, end, now) = (tape.key(), chunk.index, chunk.end(), t.now);
-                schema::encode_chunk_into(&mut t.scratch, chunk.offset, &chunk.text);
-                tape.touch(now);
+                let (key, index) = (tape.key(), chunk.index);
+                tape.touch(t.now);
+                t.appended.insert(key, (index + 1, chunk.end()));
+                let direct = chunk.text.len() >= DIRECT_CHUNK_BYTES && !t.delta.holds(t.index, key);
+                if direct {
+                    schema::encode_chunk_into(&mut t.scratch, chunk.offset, &chunk.text);
+                } else {
+                    let value = (chunk.offset, &*chunk.text);
+                    schema::encode_journal_into(&mut t.scratch, key, index, value);
+                }
                 effects.push(Effect::Appended(tape, chunk, done));
-                t.chunks
-                    .insert((key, index), t.scratch.as_slice())
-                    .map_err(Error::storage)?;
-                t.update_meta(key, |meta| {
-                    meta.chunk_count = index + 1;
-                    meta.byte_len = end;
-                    meta.updated_ms = now;
-                })
+                if direct {
+                    t.chunks
+                        .insert((key, index), t.scratch.as_slice())
+                        .map_err(Error::storage)
+                        .map(drop)
+                } else {
+                    t.delta.append(&mut t.journal, key, index, &t.scratch)
+                }
             }
             Op::Finish {
                 tape,
@@ -327,8 +395,15 @@ impl Writer {
                     return Ok(());
                 }
                 let key = tape.key();
+                let progress = tape.progress();
+                let stored = t
+                    .appended
+                    .get(&key)
+                    .copied()
+                    .unwrap_or((progress.chunks, progress.bytes));
                 effects.push(Effect::Finished(tape, status, message.clone(), done));
-                t.finish_meta(key, status, message, self.settings.retention_ms)
+                let retention = self.settings.retention_ms;
+                t.finish_meta(key, stored, status, message, retention)
             }
             Op::Sweep { max_chunks, done } => match t.sweep_expired(max_chunks) {
                 Ok(report) => {
@@ -472,25 +547,22 @@ impl Writer {
             return Ok(());
         }
         let txn = self.db.begin_write()?;
+        // Nothing is appended here, so the journal and its index are left as they are.
+        let mut delta = JournalDelta::new(self.next_seq);
         {
-            let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-            let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-            let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
-            let mut t = Tables {
-                chunks: &mut chunks,
-                recordings: &mut recordings,
-                expiry: &mut expiry,
-                metas: MetaCache::default(),
-                scratch: Vec::new(),
-                now: self.settings.clock.now_ms(),
-            };
+            let now = self.settings.clock.now_ms();
+            let mut t = Tables::open(&txn, &self.journal, &mut delta, now)?;
             for tape in tapes {
                 let current = t.meta(tape.key())?;
                 // Only a recording that is still this tape's and still live in the file.
                 if current.is_some_and(|m| m.generation == tape.generation() && m.status.is_live())
                 {
                     let retention = self.settings.retention_ms;
-                    t.finish_meta(tape.key(), Status::Failed, Some(message.into()), retention)?;
+                    // What the failed commits held is not stored: the committed progress is.
+                    let progress = tape.progress();
+                    let stored = (progress.chunks, progress.bytes);
+                    let message = Some(message.into());
+                    t.finish_meta(tape.key(), stored, Status::Failed, message, retention)?;
                 }
             }
             t.flush_metas()?;
@@ -528,18 +600,43 @@ fn copy_error(err: &Error) -> Error {
     }
 }
 
-/// The open tables of one write transaction.
+/// The open tables of one write transaction, and what it has changed so far.
 struct Tables<'a, 'txn> {
-    chunks: &'a mut redb::Table<'txn, (u128, u64), &'static [u8]>,
-    recordings: &'a mut redb::Table<'txn, u128, &'static [u8]>,
-    expiry: &'a mut redb::Table<'txn, (u64, u128), ()>,
+    chunks: redb::Table<'txn, (u128, u64), &'static [u8]>,
+    journal: JournalTable<'txn>,
+    recordings: redb::Table<'txn, u128, &'static [u8]>,
+    expiry: redb::Table<'txn, (u64, u128), ()>,
+    index: &'a JournalIndex,
+    delta: &'a mut JournalDelta,
     metas: MetaCache,
-    /// Reused for encoding chunk values.
+    /// Chunk count and byte length of each recording appended to in this transaction.
+    appended: HashMap<u128, (u64, u64)>,
+    /// Reused for encoding journal entries.
     scratch: Vec<u8>,
     now: u64,
 }
 
-impl Tables<'_, '_> {
+impl<'a, 'txn> Tables<'a, 'txn> {
+    fn open(
+        txn: &'txn redb::WriteTransaction,
+        index: &'a JournalIndex,
+        delta: &'a mut JournalDelta,
+        now: u64,
+    ) -> Result<Self> {
+        Ok(Self {
+            chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
+            journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
+            recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
+            expiry: txn.open_table(EXPIRY).map_err(Error::storage)?,
+            index,
+            delta,
+            metas: MetaCache::default(),
+            appended: HashMap::new(),
+            scratch: Vec::new(),
+            now,
+        })
+    }
+
     /// The row of `key`, read from the table on its first use in this transaction.
     fn cached(&mut self, key: u128) -> Result<&mut CachedMeta> {
         match self.metas.rows.entry(key) {
@@ -562,42 +659,39 @@ impl Tables<'_, '_> {
         self.metas.rows.insert(key, CachedMeta { row, dirty: true });
     }
 
-    /// Changes the row of a recording in place (appends do this once per chunk).
-    fn update_meta(&mut self, key: u128, change: impl FnOnce(&mut RecordingMeta)) -> Result<()> {
-        let cached = self.cached(key)?;
-        let meta = cached
-            .row
-            .as_mut()
-            .ok_or_else(|| Error::Corrupt(format!("live recording {key:032x} has no meta row")))?;
-        change(meta);
-        cached.dirty = true;
-        Ok(())
-    }
-
+    /// Ends a live recording's row: its status, its final `(chunk count, byte length)`, and
+    /// its place in the GC schedule.
     fn finish_meta(
         &mut self,
         key: u128,
+        (chunk_count, byte_len): (u64, u64),
         status: Status,
         error: Option<String>,
         retention_ms: u64,
     ) -> Result<()> {
         let now = self.now;
         let expires = now.saturating_add(retention_ms);
-        self.update_meta(key, |meta| {
-            meta.status = status;
-            meta.updated_ms = now;
-            meta.finished_ms = Some(now);
-            meta.expires_at_ms = Some(expires);
-            meta.error = error;
-        })?;
+        let cached = self.cached(key)?;
+        let meta = cached
+            .row
+            .as_mut()
+            .ok_or_else(|| Error::Corrupt(format!("live recording {key:032x} has no meta row")))?;
+        meta.status = status;
+        meta.chunk_count = chunk_count;
+        meta.byte_len = byte_len;
+        meta.updated_ms = now;
+        meta.finished_ms = Some(now);
+        meta.expires_at_ms = Some(expires);
+        meta.error = error;
+        cached.dirty = true;
         self.expiry
             .insert((expires, key), ())
             .map_err(Error::storage)?;
         Ok(())
     }
 
-    /// Deletes every chunk, the expiry entry and the meta row of a conversation's recording;
-    /// returns the meta it had.
+    /// Deletes every chunk (folded or not), the expiry entry and the meta row of a
+    /// conversation's recording; returns the meta it had.
     fn delete_recording(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
         let Some(old) = self.meta(key)? else {
             return Ok(None);
@@ -605,6 +699,8 @@ impl Tables<'_, '_> {
         self.chunks
             .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)
             .map_err(Error::storage)?;
+        self.delta.forget(&mut self.journal, self.index, key)?;
+        self.appended.remove(&key);
         if let Some(expires) = old.expires_at_ms {
             self.expiry.remove((expires, key)).map_err(Error::storage)?;
         }
@@ -612,7 +708,9 @@ impl Tables<'_, '_> {
         Ok(Some(old))
     }
 
-    /// Deletes recordings whose expiry time has passed, oldest first, up to `max_chunks` chunks.
+    /// Deletes recordings whose expiry time has passed, oldest first, up to `max_chunks` folded
+    /// chunks. A recording's unfolded chunks go with its row, in its last commit, so that a
+    /// reader never meets a gap between the two.
     fn sweep_expired(&mut self, max_chunks: u64) -> Result<SweepReport> {
         let mut report = SweepReport::default();
         let due: Vec<(u64, u128)> = self
@@ -637,6 +735,7 @@ impl Tables<'_, '_> {
                 report.more = true;
                 break;
             }
+            report.chunks_deleted += self.delta.forget(&mut self.journal, self.index, key)?;
             self.expiry.remove((expires, key)).map_err(Error::storage)?;
             self.set_meta(key, None);
             report.recordings_deleted += 1;

@@ -1,0 +1,230 @@
+//! Tests of the journal: a recording reads the same whether its chunks are still in the
+//! journal, already folded into `chunks`, or split between the two; a reader following a
+//! recording through folds misses nothing; big chunks skip the journal; a journal left in the
+//! file is folded on open.
+use std::sync::Arc;
+
+use redb::ReadableTableMetadata;
+
+use super::journal::{DIRECT_CHUNK_BYTES, FOLD_AT};
+use super::schema;
+use super::stored::StoredChunks;
+use super::tests::{acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
+use super::{Status, Store};
+
+/// Entries in the journal, all recordings together.
+fn journal_entries(store: &Store) -> u64 {
+    let txn = store.inner.db.begin_read().unwrap();
+    txn.open_table(schema::JOURNAL).unwrap().len().unwrap()
+}
+
+/// Chunks of `key` in `chunks` (folded, or written there directly).
+fn folded_chunks(store: &Store, key: u128) -> usize {
+    let txn = store.inner.db.begin_read().unwrap();
+    let chunks = txn.open_table(schema::CHUNKS).unwrap();
+    chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count()
+}
+
+/// Token `i` of the long recordings below: 7 bytes.
+fn token(i: u64) -> String {
+    format!("{i:06} ")
+}
+
+#[tokio::test]
+async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
+    const LONG: u64 = FOLD_AT + 3_000;
+    let (dir, clock, store) = fresh();
+    let mut long = store.start(&id("long")).await.unwrap();
+    let mut short = store.start(&id("short")).await.unwrap();
+    let (key, generation) = (long.tape().key(), long.tape().generation());
+    record(&mut short, &["before ", "the "]).await;
+    let mut last = None;
+    for i in 0..LONG {
+        last = Some(long.append(&token(i)).await.unwrap());
+    }
+    acked(last.unwrap()).await.unwrap();
+    record(&mut short, &["fold"]).await;
+
+    // One fold happened: the oldest chunks are in `chunks`, the newest still in the journal.
+    let folded = folded_chunks(&store, key) as u64;
+    assert!(
+        folded > 0 && folded < LONG,
+        "{folded} of {LONG} chunks folded"
+    );
+    assert!(journal_entries(&store) > 0);
+    assert_eq!(stored_chunks(&store, key) as u64, LONG);
+
+    let expected: Vec<String> = (0..LONG).map(token).collect();
+    assert_eq!(
+        texts_of(&all_chunks(&store, key, generation).await),
+        expected
+    );
+    let around_the_fold = folded.saturating_sub(5)..folded + 5;
+    for from in (0..LONG).step_by(997).chain(around_the_fold) {
+        let chunks = store.read_chunks(key, generation, from, 70).await.unwrap();
+        let end = (from + 10).min(LONG);
+        assert_eq!(texts_of(&chunks), expected[from as usize..end as usize]);
+        assert_eq!(chunks[0].index, from);
+        assert_eq!(chunks[0].offset, from * 7);
+    }
+    for index in [0, folded - 1, folded, folded + 1, LONG - 1] {
+        let found = store.locate(key, generation, LONG, index * 7 + 3).await;
+        assert_eq!(found.unwrap(), index);
+    }
+    // While live, the stored row has no counts of its own; meta reads them off the chunks.
+    let meta = store.meta(key).await.unwrap().unwrap();
+    assert_eq!((meta.chunk_count, meta.byte_len), (LONG, LONG * 7));
+    assert_eq!(
+        texts_of(&all_chunks(&store, short.tape().key(), 1).await),
+        ["before ", "the ", "fold"]
+    );
+
+    // Closed with the journal unfolded: the next open folds it and interrupts the recordings.
+    store.close().await;
+    drop((long, short));
+    let store = open(&dir, &clock);
+    assert_eq!(journal_entries(&store), 0);
+    assert_eq!(folded_chunks(&store, key) as u64, LONG);
+    let meta = store.meta(key).await.unwrap().unwrap();
+    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!((meta.chunk_count, meta.byte_len), (LONG, LONG * 7));
+    assert_eq!(
+        texts_of(&all_chunks(&store, key, generation).await),
+        expected
+    );
+}
+
+/// A reader that reads from the store (not the in-memory tail) while folds move the chunks it
+/// is about to read must still get every chunk once, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reader_following_through_folds_misses_nothing() {
+    const TOTAL: u64 = 2 * FOLD_AT + 5_000;
+    let (_dir, _clock, store) = fresh();
+    let mut writer = store.start(&id("followed")).await.unwrap();
+    let tape = writer.tape().clone();
+    let (key, generation) = (tape.key(), tape.generation());
+
+    let reader = {
+        let store = store.clone();
+        let tape = tape.clone();
+        tokio::spawn(async move {
+            let mut progress = tape.subscribe();
+            let mut next = 0;
+            while next < TOTAL {
+                let committed = progress.borrow_and_update().chunks;
+                if next == committed {
+                    progress.changed().await.unwrap();
+                    continue;
+                }
+                let chunks = store.read_chunks(key, generation, next, 256).await.unwrap();
+                for chunk in chunks {
+                    assert_eq!((chunk.index, &*chunk.text), (next, token(next).as_str()));
+                    next += 1;
+                }
+            }
+            next
+        })
+    };
+    let mut last = None;
+    for i in 0..TOTAL {
+        last = Some(writer.append(&token(i)).await.unwrap());
+        if i % 1_000 == 0 {
+            // Let the reader interleave with the commits and folds.
+            tokio::task::yield_now().await;
+        }
+    }
+    acked(last.unwrap()).await.unwrap();
+    assert_eq!(reader.await.unwrap(), TOTAL);
+    assert!(folded_chunks(&store, key) as u64 >= FOLD_AT);
+}
+
+#[tokio::test]
+async fn big_chunks_skip_the_journal_until_a_small_one_is_in_it() {
+    let (dir, clock, store) = fresh();
+    let big = |c: char| c.to_string().repeat(DIRECT_CHUNK_BYTES);
+    let texts = [big('a'), big('b'), "small".to_string(), big('c')];
+    let mut writer = store.start(&id("big")).await.unwrap();
+    let key = writer.tape().key();
+    let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
+    record(&mut writer, &refs).await;
+
+    // The first two went straight to `chunks`; once "small" was journaled, the big one after
+    // it had to follow it there, or the recording's folded chunks would not be a prefix.
+    assert_eq!(folded_chunks(&store, key), 2);
+    assert_eq!(journal_entries(&store), 2);
+    assert_eq!(texts_of(&all_chunks(&store, key, 1).await), texts);
+    writer.finish(Status::Completed, None).await.unwrap();
+    let meta = store.meta(key).await.unwrap().unwrap();
+    let len: usize = texts.iter().map(String::len).sum();
+    assert_eq!((meta.chunk_count, meta.byte_len), (4, len as u64));
+
+    store.close().await;
+    let store = open(&dir, &clock);
+    assert_eq!(
+        (folded_chunks(&store, key), journal_entries(&store)),
+        (4, 0)
+    );
+    assert_eq!(texts_of(&all_chunks(&store, key, 1).await), texts);
+    assert_eq!(store.meta(key).await.unwrap().unwrap(), meta);
+}
+
+#[tokio::test]
+async fn superseding_and_sweeping_delete_unfolded_chunks() {
+    let (_dir, clock, store) = fresh();
+    let mut old = store.start(&id("replaced")).await.unwrap();
+    record(&mut old, &["old ", "text"]).await;
+    let mut expiring = store.start(&id("expiring")).await.unwrap();
+    record(&mut expiring, &["gone ", "soon"]).await;
+    expiring.finish(Status::Completed, None).await.unwrap();
+    assert_eq!(journal_entries(&store), 4);
+
+    let mut new = store.start(&id("replaced")).await.unwrap();
+    assert_eq!(
+        journal_entries(&store),
+        2,
+        "the old recording's entries are gone"
+    );
+    record(&mut new, &["new"]).await;
+    clock.advance(24 * 3600 * 1000);
+    let report = store.sweep_expired(10_000).await.unwrap();
+    assert_eq!(report.recordings_deleted, 1);
+    assert_eq!(
+        journal_entries(&store),
+        0,
+        "folded before the sweep, then deleted"
+    );
+    assert_eq!(stored_chunks(&store, new.tape().key()), 1);
+    let key = new.tape().key();
+    assert_eq!(
+        texts_of(&all_chunks(&store, key, new.tape().generation()).await),
+        ["new"]
+    );
+    assert!(Arc::ptr_eq(&store.live(key).unwrap(), new.tape()));
+}
+
+/// The ordering readers rely on: a view of the index taken before a read transaction begins
+/// finds every chunk in it, even when a fold commits in between (the chunks are then in
+/// `chunks`); a view taken after a transaction that predates the fold would find none.
+#[tokio::test]
+async fn a_view_taken_before_the_transaction_survives_a_fold() {
+    let (_dir, _clock, store) = fresh();
+    let mut writer = store.start(&id("viewed")).await.unwrap();
+    let key = writer.tape().key();
+    record(&mut writer, &["one ", "two ", "three"]).await;
+    let early_txn = store.inner.db.begin_read().unwrap();
+    let view = store.inner.journal.view(key, 0, usize::MAX);
+
+    // A sweep folds the whole journal first.
+    store.sweep_expired(10_000).await.unwrap();
+    assert_eq!(journal_entries(&store), 0);
+
+    let txn = store.inner.db.begin_read().unwrap();
+    let chunks = StoredChunks::open(&txn, key, view).unwrap();
+    assert_eq!(
+        texts_of(&chunks.read_from(0, usize::MAX).unwrap()),
+        ["one ", "two ", "three"]
+    );
+    let late_view = store.inner.journal.view(key, 0, usize::MAX);
+    let stale = StoredChunks::open(&early_txn, key, late_view).unwrap();
+    assert!(stale.read_from(0, usize::MAX).is_err());
+}

@@ -1,0 +1,156 @@
+//! One recording's committed chunks as a read transaction sees them: the folded prefix in
+//! `chunks`, the rest in `journal`, found through a [`JournalView`] taken before the
+//! transaction began.
+use std::sync::Arc;
+
+use redb::{ReadOnlyTable, ReadTransaction};
+
+use super::journal::JournalView;
+use super::schema::{self, CHUNKS, JOURNAL};
+use super::tape::Chunk;
+use crate::error::{Error, Result};
+
+pub(crate) struct StoredChunks {
+    chunks: ReadOnlyTable<(u128, u64), &'static [u8]>,
+    journal: ReadOnlyTable<u64, &'static [u8]>,
+    key: u128,
+    view: JournalView,
+}
+
+impl StoredChunks {
+    pub(crate) fn open(txn: &ReadTransaction, key: u128, view: JournalView) -> Result<Self> {
+        Ok(Self {
+            chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
+            journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
+            key,
+            view,
+        })
+    }
+
+    /// The start offset of chunk `index`, if it is stored.
+    pub(crate) fn offset_of(&self, index: u64) -> Result<Option<u64>> {
+        if let Some(value) = self.chunks.get((self.key, index)).map_err(Error::storage)? {
+            return schema::chunk_offset(value.value()).map(Some);
+        }
+        match self.journal_value(index)? {
+            Some(value) => schema::chunk_offset(&value).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    /// Chunks from `from` on, stopping after `max_bytes` of text (at least one chunk is
+    /// returned when any is stored).
+    ///
+    /// Fails with `RecordingNotFound` when chunk `from` is not stored: the sweeper is deleting
+    /// the recording, oldest chunks first.
+    pub(crate) fn read_from(&self, from: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
+        let mut out = Batch {
+            from,
+            max_bytes,
+            chunks: Vec::new(),
+            bytes: 0,
+        };
+        for entry in self
+            .chunks
+            .range((self.key, from)..=(self.key, u64::MAX))
+            .map_err(Error::storage)?
+        {
+            let (key, value) = entry.map_err(Error::storage)?;
+            if key.value().1 != out.next_index() {
+                return Err(being_collected(self.key));
+            }
+            if !out.push(value.value())? {
+                return Ok(out.chunks);
+            }
+        }
+        while let Some(value) = self.journal_value(out.next_index())? {
+            if !out.push(&value)? {
+                break;
+            }
+        }
+        if out.chunks.is_empty() {
+            return Err(being_collected(self.key));
+        }
+        Ok(out.chunks)
+    }
+
+    /// How many chunks are stored and their total length; the view need only hold the newest.
+    pub(crate) fn progress(&self) -> Result<(u64, u64)> {
+        if let Some(seq) = self.view.last()
+            && let Some(value) = self.journal.get(seq).map_err(Error::storage)?
+        {
+            let (_, index, chunk) = schema::decode_journal(value.value())?;
+            let (offset, text) = schema::decode_chunk(chunk)?;
+            return Ok((index + 1, offset + text.len() as u64));
+        }
+        // No unfolded chunk, or it was folded after the view was taken: the newest is here.
+        let mut range = self
+            .chunks
+            .range((self.key, 0)..=(self.key, u64::MAX))
+            .map_err(Error::storage)?;
+        match range.next_back() {
+            Some(entry) => {
+                let (key, value) = entry.map_err(Error::storage)?;
+                let (offset, text) = schema::decode_chunk(value.value())?;
+                Ok((key.value().1 + 1, offset + text.len() as u64))
+            }
+            None => Ok((0, 0)),
+        }
+    }
+
+    /// The chunk value of unfolded chunk `index`, checked against the entry's own head.
+    fn journal_value(&self, index: u64) -> Result<Option<Vec<u8>>> {
+        let Some(seq) = self.view.seq(index) else {
+            return Ok(None);
+        };
+        let Some(value) = self.journal.get(seq).map_err(Error::storage)? else {
+            return Ok(None);
+        };
+        let (key, stored_index, chunk) = schema::decode_journal(value.value())?;
+        if (key, stored_index) != (self.key, index) {
+            return Err(Error::Corrupt(format!(
+                "journal entry {seq} holds chunk {stored_index} of {key:032x}, \
+                 expected chunk {index} of {:032x}",
+                self.key
+            )));
+        }
+        Ok(Some(chunk.to_vec()))
+    }
+}
+
+/// Chunks gathered for one read, up to a byte budget.
+struct Batch {
+    from: u64,
+    max_bytes: usize,
+    chunks: Vec<Chunk>,
+    bytes: usize,
+}
+
+impl Batch {
+    fn next_index(&self) -> u64 {
+        self.from + self.chunks.len() as u64
+    }
+
+    /// Adds the chunk stored as `value`; false once the budget is spent.
+    fn push(&mut self, value: &[u8]) -> Result<bool> {
+        let (offset, text) = schema::decode_chunk(value)?;
+        if !self.chunks.is_empty() && self.bytes + text.len() > self.max_bytes {
+            return Ok(false);
+        }
+        self.bytes += text.len();
+        self.chunks.push(Chunk {
+            index: self.next_index(),
+            offset,
+            text: Arc::from(text),
+        });
+        Ok(self.bytes < self.max_bytes)
+    }
+}
+
+/// A recording's chunks are stored without gaps, except while the sweeper deletes an expired
+/// one over several commits (oldest chunks first): then it is as good as gone.
+pub(crate) fn being_collected(key: u128) -> Error {
+    Error::RecordingNotFound {
+        id: uuid::Uuid::from_u128(key).to_string(),
+    }
+}
