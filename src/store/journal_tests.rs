@@ -228,3 +228,63 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     let stale = StoredChunks::open(&early_txn, key, late_view).unwrap();
     assert!(stale.read_from(0, usize::MAX).is_err());
 }
+
+/// A file of schema 1 (no journal; a live recording's row counted its chunks) opens as
+/// schema 2 with everything in it.
+#[tokio::test]
+async fn a_schema_1_file_is_upgraded_in_place() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = crate::clock::ManualClock::new(super::tests::T0);
+    let key = id("old").key();
+    {
+        let db = redb::Database::create(super::tests::db_path(&dir)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(schema::META).unwrap();
+            meta.insert(schema::SCHEMA_VERSION_KEY, 1).unwrap();
+            let mut chunks = txn.open_table(schema::CHUNKS).unwrap();
+            let mut value = Vec::new();
+            for (index, (offset, text)) in [(0, "left "), (5, "live")].into_iter().enumerate() {
+                schema::encode_chunk_into(&mut value, offset, text);
+                chunks
+                    .insert((key, index as u64), value.as_slice())
+                    .unwrap();
+            }
+            let row = schema::RecordingMeta {
+                original_id: b"old".to_vec(),
+                status: Status::Recording,
+                created_ms: super::tests::T0,
+                updated_ms: super::tests::T0,
+                finished_ms: None,
+                expires_at_ms: None,
+                chunk_count: 2,
+                byte_len: 9,
+                error: None,
+                generation: 1,
+            };
+            let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
+            let row = schema::encode_meta(&row).unwrap();
+            recordings.insert(key, row.as_slice()).unwrap();
+            txn.open_table(schema::EXPIRY).unwrap();
+        }
+        txn.commit().unwrap();
+    }
+    let store = open(&dir, &clock);
+    let meta = store.meta(key).await.unwrap().unwrap();
+    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!((meta.chunk_count, meta.byte_len), (2, 9));
+    assert_eq!(
+        texts_of(&all_chunks(&store, key, 1).await),
+        ["left ", "live"]
+    );
+    store.close().await;
+    let db = redb::Database::open(super::tests::db_path(&dir)).unwrap();
+    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
+    let meta = txn.open_table(schema::META).unwrap();
+    let version = meta
+        .get(schema::SCHEMA_VERSION_KEY)
+        .unwrap()
+        .unwrap()
+        .value();
+    assert_eq!(version, schema::SCHEMA_VERSION);
+}
