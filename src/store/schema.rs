@@ -74,6 +74,7 @@ pub struct RecordingMeta {
     pub original_id: Vec<u8>,
     pub status: Status,
     pub created_ms: u64,
+    /// When the row was last written: its start, or its end.
     pub updated_ms: u64,
     pub finished_ms: Option<u64>,
     /// When the sweeper may delete it; set when it finishes.
