@@ -9,7 +9,9 @@ use redb::ReadableTable;
 use tokio::sync::{mpsc, oneshot};
 
 use super::database::DbHandle;
-use super::journal::{self, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable, Size};
+use super::journal::{
+    self, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable, LARGEST_FOLD, Size,
+};
 use super::schema::{
     self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
 };
@@ -223,7 +225,7 @@ impl Writer {
         if batch.iter().any(|op| matches!(op, Op::Sweep { .. })) {
             // Sweeps delete folded chunks in bounded commits; unfolded ones would all have to
             // go at once, with their recording's row.
-            while self.journal_size.entries > 0 && self.fold() > 0 {}
+            while self.journal_size.entries > 0 && self.fold(LARGEST_FOLD) > 0 {}
         }
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
@@ -277,22 +279,25 @@ impl Writer {
         txn.commit().map_err(Error::storage)
     }
 
-    /// Folds the oldest journal entries into `chunks` once there are enough of them.
+    /// Folds the oldest journal entries into `chunks` while there are enough of them.
     fn fold_if_due(&mut self) {
-        if self.journal_size.is_due() {
-            self.fold();
+        while let Some(step) = self.journal.fold_due(self.journal_size) {
+            if self.fold(step) == 0 {
+                return;
+            }
         }
     }
 
-    /// Folds the oldest journal entries into `chunks`, in a commit of its own; returns how
-    /// many. A fold that fails leaves the journal as it was (readers find the
+    /// Folds the oldest journal entries, up to `limit`, into `chunks` in a commit of its own;
+    /// returns how many. A fold that fails leaves the journal as it was (readers find the
     /// entries there) and is tried again later; none is tried while the disk is full.
-    fn fold(&mut self) -> u64 {
+    fn fold(&mut self, limit: Size) -> u64 {
         if self.db.full_error().is_some() {
             return 0;
         }
+        let started = std::time::Instant::now();
         let folded = self.db.begin_write().and_then(|txn| {
-            let fold = journal::fold(&txn)?;
+            let fold = journal::fold(&txn, limit)?;
             txn.commit().map_err(Error::storage)?;
             Ok(fold)
         });
@@ -304,6 +309,7 @@ impl Writer {
                     entries = fold.size.entries,
                     bytes = fold.size.bytes,
                     left = self.journal_size.entries,
+                    took = ?started.elapsed(),
                     "folded journal"
                 );
                 fold.size.entries
@@ -364,25 +370,10 @@ impl Writer {
                     let _ = done.send(Err(ended_error(&tape)));
                     return Ok(());
                 }
-                let (key, index) = (tape.key(), chunk.index);
                 tape.touch(t.now);
-                t.appended.insert(key, (index + 1, chunk.end()));
-                let direct = chunk.text.len() >= DIRECT_CHUNK_BYTES && !t.delta.holds(t.index, key);
-                if direct {
-                    schema::encode_chunk_into(&mut t.scratch, chunk.offset, &chunk.text);
-                } else {
-                    let value = (chunk.offset, &*chunk.text);
-                    schema::encode_journal_into(&mut t.scratch, key, index, value);
-                }
+                let stored = t.append_chunk(tape.key(), &chunk);
                 effects.push(Effect::Appended(tape, chunk, done));
-                if direct {
-                    t.chunks
-                        .insert((key, index), t.scratch.as_slice())
-                        .map_err(Error::storage)
-                        .map(drop)
-                } else {
-                    t.delta.append(&mut t.journal, key, index, &t.scratch)
-                }
+                stored
             }
             Op::Finish {
                 tape,
@@ -657,6 +648,24 @@ impl<'a, 'txn> Tables<'a, 'txn> {
 
     fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
         self.metas.rows.insert(key, CachedMeta { row, dirty: true });
+    }
+
+    /// Stores one chunk: at the end of the journal, or straight into `chunks` when it is big
+    /// and its recording has nothing in the journal (its folded chunks must stay a prefix).
+    fn append_chunk(&mut self, key: u128, chunk: &Chunk) -> Result<()> {
+        self.appended.insert(key, (chunk.index + 1, chunk.end()));
+        if chunk.text.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
+            schema::encode_chunk_into(&mut self.scratch, chunk.offset, &chunk.text);
+            self.chunks
+                .insert((key, chunk.index), self.scratch.as_slice())
+                .map_err(Error::storage)?;
+            Ok(())
+        } else {
+            let value = (chunk.offset, &*chunk.text);
+            schema::encode_journal_into(&mut self.scratch, key, chunk.index, value);
+            self.delta
+                .append(&mut self.journal, key, chunk.index, &self.scratch)
+        }
     }
 
     /// Ends a live recording's row: its status, its final `(chunk count, byte length)`, and
