@@ -1,11 +1,14 @@
 //! The journal: every append lands at the end of one append-ordered table, so a commit writes
-//! the same few pages however many recordings it touches. The writer folds the oldest entries
-//! into `chunks` in bulk, where each recording's pages are then written once per fold instead of
-//! once per commit. An in-memory index tells readers where each recording's unfolded chunks are.
+//! the same few pages however many recordings it touches. A recording's chunks are folded into
+//! `chunks` a run at a time (once it has [`FOLD_RUN`] unfolded, and when it ends), so each of
+//! its pages there is written once per run instead of once per commit. Folded entries stay in
+//! the journal until every entry before them is folded too; then the whole prefix is deleted
+//! at once. An in-memory index tells readers where each recording's unfolded chunks are.
 //!
-//! Invariant: a recording's folded chunks are a prefix of it and its unfolded chunks the rest,
-//! because its entries are appended in chunk order and folds take the oldest entries first.
-use std::collections::hash_map::Entry;
+//! Invariants: a recording's folded chunks are a prefix of it, and its unfolded chunks the
+//! rest. Every journal entry belongs to a stored recording and equals its copy in `chunks` if
+//! it has one, so folding the whole journal again (on open) changes nothing but what was
+//! unfolded.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
@@ -14,86 +17,46 @@ use redb::ReadableTable;
 use super::schema::{self, CHUNKS, JOURNAL};
 use crate::error::{Error, Result};
 
-/// Entries a fold moves per recording with chunks in the journal, so that each recording's
-/// pages in `chunks` are rewritten once per this many of its chunks, not once per commit.
-const FOLD_ENTRIES_PER_RECORDING: u64 = 8;
-/// Fewest and most entries one fold moves. Small folds keep the pause they cause in the
-/// commit pipeline short; a fold of 2,048 entries takes about a millisecond here.
-const MIN_FOLD_ENTRIES: u64 = 2 * 1024;
-const MAX_FOLD_ENTRIES: u64 = 16 * 1024;
-/// Most bytes of journal values one fold moves; bounds the room a fold needs in the file.
-const MAX_FOLD_BYTES: u64 = 4 * 1024 * 1024;
-/// The largest fold, as used on open and before sweeps.
-pub(crate) const LARGEST_FOLD: Size = Size {
-    entries: MAX_FOLD_ENTRIES,
-    bytes: MAX_FOLD_BYTES,
-};
+/// Unfolded chunks that make a recording due for folding: about a page of `chunks`.
+const FOLD_RUN: usize = 64;
+/// Entries folded in one commit, at most: this many, or twice what it appended if more, so
+/// that folding keeps up with appends but never holds a commit up for long when many
+/// recordings fall due at once. Recordings left over are folded by the next commits.
+const MIN_FOLD_BUDGET: usize = 512;
+/// How far (in entries) the oldest unfolded entry may fall behind the journal's end before
+/// its recording is folded however few chunks it has; bounds the journal of slow producers.
+const MAX_SPAN: u64 = 64 * 1024;
+/// Dead entries at the journal's start deleted together, at the least.
+const MIN_PRUNE: u64 = 1024;
 /// Chunks at least this long go straight into `chunks` while their recording has nothing in
 /// the journal: they fill pages of their own anyway, and folding them would write them twice.
 pub(crate) const DIRECT_CHUNK_BYTES: usize = 2048;
 
-/// How much the journal holds, or a fold moved.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Size {
-    pub(crate) entries: u64,
-    pub(crate) bytes: u64,
-}
-
-impl Size {
-    /// Whether this is at least `limit` in entries or in bytes.
-    pub(crate) fn reaches(self, limit: Size) -> bool {
-        self.entries >= limit.entries || self.bytes >= limit.bytes
-    }
-
-    fn twice(self) -> Size {
-        Size {
-            entries: 2 * self.entries,
-            bytes: 2 * self.bytes,
-        }
-    }
-
-    fn add(&mut self, bytes: usize) {
-        self.entries += 1;
-        self.bytes += bytes as u64;
-    }
-
-    /// This size less `other`, never below zero.
-    pub(crate) fn minus(self, other: Size) -> Size {
-        Size {
-            entries: self.entries.saturating_sub(other.entries),
-            bytes: self.bytes.saturating_sub(other.bytes),
-        }
-    }
-
-    /// This size plus `added`, less `removed`.
-    fn changed(self, added: Size, removed: Size) -> Size {
-        Size {
-            entries: self.entries + added.entries,
-            bytes: self.bytes + added.bytes,
-        }
-        .minus(removed)
-    }
-}
-
 pub(crate) type JournalTable<'txn> = redb::Table<'txn, u64, &'static [u8]>;
+type ChunksTable<'txn> = redb::Table<'txn, (u128, u64), &'static [u8]>;
 
-/// The unfolded chunks of one recording: chunk `first_index + i` is journal entry `seqs[i]`.
-#[derive(Debug, Clone, Default)]
-struct Unfolded {
+/// The journal entries of one recording.
+#[derive(Debug, Default)]
+struct Entries {
+    /// Chunk index of `unfolded[0]`.
     first_index: u64,
-    seqs: VecDeque<u64>,
+    /// Entries not yet folded into `chunks`, in chunk order.
+    unfolded: VecDeque<u64>,
+    /// Entries folded but still in the journal: deleted with the recording, or with the
+    /// journal's dead prefix.
+    folded: VecDeque<u64>,
 }
 
-/// Where the committed, unfolded chunks of every recording are in the journal. Changed by the
-/// writer thread only, after the commit that made the change.
+/// Where the journal entries of every recording are. Changed by the writer thread only, after
+/// the commit that made the change.
 #[derive(Debug, Default)]
 pub(crate) struct JournalIndex {
-    recordings: Mutex<HashMap<u128, Unfolded>>,
+    recordings: Mutex<HashMap<u128, Entries>>,
 }
 
-/// The journal entries of one recording's chunks from some index on, as committed when the
+/// The unfolded entries of one recording's chunks from some index on, as committed when the
 /// view was taken. A read transaction begun after that sees each of these chunks either still
-/// in the journal or already folded into `chunks`.
+/// in the journal or already folded into `chunks` (and the folded prefix is read first).
 #[derive(Debug, Default)]
 pub(crate) struct JournalView {
     first_index: u64,
@@ -114,19 +77,19 @@ impl JournalView {
 }
 
 impl JournalIndex {
-    /// The entries of chunks `from..` of `key`, at most `limit` of them. Take it before the read
-    /// transaction that uses it begins.
+    /// The unfolded entries of chunks `from..` of `key`, at most `limit` of them. Take it
+    /// before the read transaction that uses it begins.
     pub(crate) fn view(&self, key: u128, from: u64, limit: usize) -> JournalView {
         let recordings = self.lock();
-        let Some(unfolded) = recordings.get(&key) else {
+        let Some(entries) = recordings.get(&key) else {
             return JournalView::default();
         };
-        let first_index = from.max(unfolded.first_index);
-        let skip = (first_index - unfolded.first_index) as usize;
+        let first_index = from.max(entries.first_index);
+        let skip = (first_index - entries.first_index) as usize;
         JournalView {
             first_index,
-            seqs: unfolded
-                .seqs
+            seqs: entries
+                .unfolded
                 .iter()
                 .skip(skip)
                 .take(limit)
@@ -135,87 +98,133 @@ impl JournalIndex {
         }
     }
 
-    /// The entries of `key`'s newest unfolded chunk only.
+    /// The entry of `key`'s newest unfolded chunk only.
     pub(crate) fn last(&self, key: u128) -> JournalView {
         let recordings = self.lock();
-        match recordings.get(&key) {
-            Some(unfolded) if !unfolded.seqs.is_empty() => JournalView {
-                first_index: unfolded.first_index + unfolded.seqs.len() as u64 - 1,
-                seqs: unfolded.seqs.back().copied().into_iter().collect(),
-            },
-            _ => JournalView::default(),
+        match recordings.get(&key).and_then(|e| e.unfolded.back()) {
+            Some(&seq) => {
+                let entries = &recordings[&key];
+                JournalView {
+                    first_index: entries.first_index + entries.unfolded.len() as u64 - 1,
+                    seqs: vec![seq],
+                }
+            }
+            None => JournalView::default(),
         }
     }
 
-    fn contains(&self, key: u128) -> bool {
-        self.lock().contains_key(&key)
+    fn has_unfolded(&self, key: u128) -> bool {
+        self.lock()
+            .get(&key)
+            .is_some_and(|e| !e.unfolded.is_empty())
     }
 
-    /// How much the next fold should move: enough for a few chunks of every recording in the
-    /// journal. A fold is due once the journal holds twice that, so that the entries it moves
-    /// are the older half.
-    pub(crate) fn fold_step(&self) -> Size {
-        let recordings = self.lock().len() as u64;
-        Size {
-            entries: (FOLD_ENTRIES_PER_RECORDING * recordings)
-                .clamp(MIN_FOLD_ENTRIES, MAX_FOLD_ENTRIES),
-            bytes: MAX_FOLD_BYTES,
+    /// Every entry of `key` still in the journal, folded or not.
+    fn all_seqs(&self, key: u128) -> Vec<u64> {
+        match self.lock().get(&key) {
+            Some(entries) => entries
+                .folded
+                .iter()
+                .chain(&entries.unfolded)
+                .copied()
+                .collect(),
+            None => Vec::new(),
         }
     }
 
-    /// Whether a journal of `size` is due to be folded, and by how much.
-    pub(crate) fn fold_due(&self, size: Size) -> Option<Size> {
-        let step = self.fold_step();
-        size.reaches(step.twice()).then_some(step)
+    /// The unfolded entries of `key`.
+    fn unfolded(&self, key: u128) -> Vec<u64> {
+        match self.lock().get(&key) {
+            Some(entries) => entries.unfolded.iter().copied().collect(),
+            None => Vec::new(),
+        }
     }
 
-    /// Records what a committed transaction changed: forgotten recordings first, since any
-    /// entries appended for the same key after forgetting belong to its new recording.
+    /// Recordings to fold now: those with a run of unfolded chunks (counting `pending`, the
+    /// entries this transaction appended), and the ones holding the oldest unfolded entries
+    /// while those lag more than [`MAX_SPAN`] behind `next_seq`.
+    fn due(&self, pending: &HashMap<u128, Appended>, next_seq: u64) -> Vec<u128> {
+        let recordings = self.lock();
+        let mut due: Vec<u128> = Vec::new();
+        for (&key, entries) in recordings.iter() {
+            let added = pending.get(&key).map_or(0, |a| a.seqs.len());
+            let lagging = entries
+                .unfolded
+                .front()
+                .is_some_and(|&first| first + MAX_SPAN < next_seq);
+            if entries.unfolded.len() + added >= FOLD_RUN || lagging {
+                due.push(key);
+            }
+        }
+        for (&key, appended) in pending {
+            if appended.seqs.len() >= FOLD_RUN && !recordings.contains_key(&key) {
+                due.push(key);
+            }
+        }
+        due
+    }
+
+    /// Records what a committed transaction changed, in the order it happened: recordings
+    /// forgotten, entries appended (to the recordings started after), runs folded, and the
+    /// dead prefix deleted.
     fn apply(&self, delta: JournalDelta) {
         let mut recordings = self.lock();
-        for key in delta.forgotten {
-            recordings.remove(&key);
+        for key in &delta.forgotten {
+            recordings.remove(key);
         }
         for (key, appended) in delta.appended {
-            match recordings.entry(key) {
-                Entry::Occupied(mut entry) => entry.get_mut().seqs.extend(appended.seqs),
-                Entry::Vacant(entry) => {
-                    entry.insert(appended);
-                }
+            let entries = recordings.entry(key).or_insert_with(|| Entries {
+                first_index: appended.first_index,
+                ..Entries::default()
+            });
+            if entries.unfolded.is_empty() {
+                entries.first_index = appended.first_index;
             }
+            entries.unfolded.extend(appended.seqs);
+        }
+        for (key, count) in delta.folded {
+            if let Some(entries) = recordings.get_mut(&key) {
+                let count = count.min(entries.unfolded.len());
+                let folded: Vec<u64> = entries.unfolded.drain(..count).collect();
+                entries.first_index += count as u64;
+                entries.folded.extend(folded);
+            }
+        }
+        if let Some(cut) = delta.pruned_to {
+            recordings.retain(|_, entries| {
+                while entries.folded.front().is_some_and(|&seq| seq < cut) {
+                    entries.folded.pop_front();
+                }
+                !entries.folded.is_empty() || !entries.unfolded.is_empty()
+            });
         }
     }
 
-    /// Records a committed fold: the first `count` unfolded chunks of each key are in `chunks`.
-    fn folded(&self, counts: &HashMap<u128, u64>) {
-        let mut recordings = self.lock();
-        for (&key, &count) in counts {
-            if let Some(unfolded) = recordings.get_mut(&key) {
-                let count = (count as usize).min(unfolded.seqs.len());
-                unfolded.seqs.drain(..count);
-                unfolded.first_index += count as u64;
-                if unfolded.seqs.is_empty() {
-                    recordings.remove(&key);
-                }
-            }
-        }
-    }
-
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Unfolded>> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Entries>> {
         self.recordings.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// Entries one transaction appended for one recording.
+#[derive(Debug)]
+struct Appended {
+    first_index: u64,
+    seqs: Vec<u64>,
 }
 
 /// The journal changes of one write transaction, applied to the index once it commits and
 /// dropped if it fails.
 pub(crate) struct JournalDelta {
     /// Entries appended in this transaction, per key, since the key was last forgotten in it.
-    appended: HashMap<u128, Unfolded>,
+    appended: HashMap<u128, Appended>,
     /// Keys whose committed entries this transaction deleted.
     forgotten: HashSet<u128>,
+    /// Per key, how many unfolded entries (committed first, then appended) this transaction
+    /// folded, counted from the first.
+    folded: HashMap<u128, usize>,
+    /// The dead prefix this transaction deleted ends here.
+    pruned_to: Option<u64>,
     next_seq: u64,
-    added: Size,
-    removed: Size,
 }
 
 impl JournalDelta {
@@ -224,9 +233,9 @@ impl JournalDelta {
         Self {
             appended: HashMap::new(),
             forgotten: HashSet::new(),
+            folded: HashMap::new(),
+            pruned_to: None,
             next_seq,
-            added: Size::default(),
-            removed: Size::default(),
         }
     }
 
@@ -235,9 +244,10 @@ impl JournalDelta {
         self.next_seq
     }
 
-    /// Whether `key` has chunks in the journal, committed or added by this transaction.
+    /// Whether `key` has unfolded chunks, committed or added by this transaction.
     pub(crate) fn holds(&self, index: &JournalIndex, key: u128) -> bool {
-        self.appended.contains_key(&key) || (!self.forgotten.contains(&key) && index.contains(key))
+        self.appended.contains_key(&key)
+            || (!self.forgotten.contains(&key) && index.has_unfolded(key))
     }
 
     /// Appends chunk `index` of `key` at the journal's end; `value` is the encoded entry.
@@ -251,20 +261,19 @@ impl JournalDelta {
         let seq = self.next_seq;
         journal.insert(seq, value).map_err(Error::storage)?;
         self.next_seq += 1;
-        self.added.add(value.len());
         self.appended
             .entry(key)
-            .or_insert_with(|| Unfolded {
+            .or_insert_with(|| Appended {
                 first_index: index,
-                seqs: VecDeque::new(),
+                seqs: Vec::new(),
             })
             .seqs
-            .push_back(seq);
+            .push(seq);
         Ok(())
     }
 
-    /// Deletes every unfolded chunk of `key`, committed or appended in this transaction.
-    /// Returns how many there were.
+    /// Deletes every journal entry of `key`, committed or appended in this transaction, folded
+    /// or not. Returns how many were unfolded (their chunks exist nowhere else).
     pub(crate) fn forget(
         &mut self,
         journal: &mut JournalTable<'_>,
@@ -272,90 +281,165 @@ impl JournalDelta {
         key: u128,
     ) -> Result<u64> {
         let mut seqs: Vec<u64> = Vec::new();
+        let mut unfolded = 0;
         if self.forgotten.insert(key) {
-            seqs.extend(index.view(key, 0, usize::MAX).seqs);
+            unfolded += index.unfolded(key).len();
+            seqs.extend(index.all_seqs(key));
         }
         if let Some(appended) = self.appended.remove(&key) {
+            unfolded += appended.seqs.len();
             seqs.extend(appended.seqs);
         }
+        unfolded = unfolded.saturating_sub(self.folded.remove(&key).unwrap_or(0));
         for &seq in &seqs {
-            if let Some(value) = journal.remove(seq).map_err(Error::storage)? {
-                self.removed.add(value.value().len());
+            journal.remove(seq).map_err(Error::storage)?;
+        }
+        Ok(unfolded as u64)
+    }
+
+    /// Folds `key`'s unfolded chunks into `chunks`; returns how many.
+    pub(crate) fn fold(
+        &mut self,
+        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        index: &JournalIndex,
+        key: u128,
+    ) -> Result<usize> {
+        let (journal, chunks) = tables;
+        let mut seqs = if self.forgotten.contains(&key) {
+            Vec::new()
+        } else {
+            index.unfolded(key)
+        };
+        if let Some(appended) = self.appended.get(&key) {
+            seqs.extend(&appended.seqs);
+        }
+        let done = self.folded.get(&key).copied().unwrap_or(0);
+        let mut value = Vec::new();
+        for &seq in seqs.iter().skip(done) {
+            {
+                let entry = journal
+                    .get(seq)
+                    .map_err(Error::storage)?
+                    .ok_or_else(|| Error::Corrupt(format!("journal entry {seq} is missing")))?;
+                value.clear();
+                value.extend_from_slice(entry.value());
+            }
+            let (entry_key, chunk_index, chunk) = schema::decode_journal(&value)?;
+            if entry_key != key {
+                return Err(Error::Corrupt(format!(
+                    "journal entry {seq} belongs to {entry_key:032x}, not {key:032x}"
+                )));
+            }
+            chunks
+                .insert((key, chunk_index), chunk)
+                .map_err(Error::storage)?;
+        }
+        self.folded.insert(key, seqs.len());
+        Ok(seqs.len() - done)
+    }
+
+    /// Folds the recordings that are due, within the commit's budget (see [`MIN_FOLD_BUDGET`]),
+    /// then deletes
+    /// the journal's dead prefix if it has grown by [`MIN_PRUNE`] since `pruned_to`. Call it
+    /// after the transaction's other work.
+    pub(crate) fn fold_due(
+        &mut self,
+        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        index: &JournalIndex,
+        pruned_to: u64,
+    ) -> Result<()> {
+        let (journal, chunks) = tables;
+        let appended: usize = self.appended.values().map(|a| a.seqs.len()).sum();
+        let mut budget = MIN_FOLD_BUDGET.max(2 * appended);
+        for key in index.due(&self.appended, self.next_seq) {
+            if budget == 0 {
+                break;
+            }
+            if !self.forgotten.contains(&key) || self.appended.contains_key(&key) {
+                budget = budget.saturating_sub(self.fold((journal, chunks), index, key)?);
             }
         }
-        Ok(seqs.len() as u64)
+        self.prune(journal, index, pruned_to, MIN_PRUNE)
     }
 
-    /// Applies the committed delta to `index`; returns the journal's new size, given its
-    /// size before.
-    pub(crate) fn commit_to(self, index: &JournalIndex, before: Size) -> Size {
-        let after = before.changed(self.added, self.removed);
+    /// Folds every recording and deletes the whole journal.
+    pub(crate) fn fold_everything(
+        &mut self,
+        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        index: &JournalIndex,
+        pruned_to: u64,
+    ) -> Result<()> {
+        let (journal, chunks) = tables;
+        let mut keys: Vec<u128> = index.lock().keys().copied().collect();
+        keys.extend(self.appended.keys());
+        for key in keys {
+            self.fold((journal, chunks), index, key)?;
+        }
+        self.prune(journal, index, pruned_to, 1)
+    }
+
+    /// Deletes the entries before the first unfolded one, if there are at least `min` more of
+    /// them than at the last prune.
+    fn prune(
+        &mut self,
+        journal: &mut JournalTable<'_>,
+        index: &JournalIndex,
+        pruned_to: u64,
+        min: u64,
+    ) -> Result<()> {
+        // Committed entries still unfolded after this transaction's folds hold the cut back;
+        // entries appended here are past any committed one.
+        let mut cut = self.next_seq;
+        for (key, entries) in index.lock().iter() {
+            if self.forgotten.contains(key) {
+                continue;
+            }
+            let done = self.folded.get(key).copied().unwrap_or(0);
+            if let Some(&first) = entries.unfolded.get(done) {
+                cut = cut.min(first);
+            }
+        }
+        for (key, appended) in &self.appended {
+            let committed = if self.forgotten.contains(key) {
+                0
+            } else {
+                index.lock().get(key).map_or(0, |e| e.unfolded.len())
+            };
+            let done = self.folded.get(key).copied().unwrap_or(0);
+            if let Some(&first) = appended.seqs.get(done.saturating_sub(committed)) {
+                cut = cut.min(first);
+            }
+        }
+        if cut >= pruned_to.saturating_add(min) {
+            journal
+                .retain_in(..cut, |_, _| false)
+                .map_err(Error::storage)?;
+            self.pruned_to = Some(cut);
+        }
+        Ok(())
+    }
+
+    /// Applies the committed delta to `index`; returns where the journal's dead prefix ends
+    /// now, given where it ended before.
+    pub(crate) fn commit_to(self, index: &JournalIndex, pruned_to: u64) -> u64 {
+        let pruned = self.pruned_to.unwrap_or(pruned_to);
         index.apply(self);
-        after
+        pruned
     }
 }
 
-/// What one fold moved.
-pub(crate) struct Fold {
-    /// Chunks moved, per recording.
-    counts: HashMap<u128, u64>,
-    pub(crate) size: Size,
-}
-
-impl Fold {
-    /// Tells `index` that the fold is committed.
-    pub(crate) fn commit_to(&self, index: &JournalIndex) {
-        index.folded(&self.counts);
-    }
-}
-
-/// Moves the oldest journal entries into `chunks`, within `txn`: up to `limit` (in entries or
-/// in bytes, whichever is reached first), and at least one if there is any.
-pub(crate) fn fold(txn: &redb::WriteTransaction, limit: Size) -> Result<Fold> {
+/// Moves every journal entry into `chunks` and empties the journal, within `txn`; used on
+/// open, when no index exists. Entries already folded are written again, unchanged.
+pub(crate) fn fold_all(txn: &redb::WriteTransaction) -> Result<u64> {
     let mut journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
     let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-    let mut moved: Vec<(u128, u64, Vec<u8>)> = Vec::new();
-    let mut size = Size::default();
-    let mut last_seq = None;
-    for entry in journal.iter().map_err(Error::storage)? {
-        let (seq, value) = entry.map_err(Error::storage)?;
-        let (key, index, chunk) = schema::decode_journal(value.value())?;
-        moved.push((key, index, chunk.to_vec()));
-        size.add(value.value().len());
-        last_seq = Some(seq.value());
-        if size.reaches(limit) {
-            break;
-        }
-    }
-    let Some(last_seq) = last_seq else {
-        return Ok(Fold {
-            counts: HashMap::new(),
-            size,
-        });
-    };
-    // In key order, so that each recording's pages are filled in one go.
-    moved.sort_unstable_by_key(|&(key, index, _)| (key, index));
-    let mut counts: HashMap<u128, u64> = HashMap::new();
-    for (key, index, chunk) in &moved {
-        chunks
-            .insert((*key, *index), chunk.as_slice())
-            .map_err(Error::storage)?;
-        *counts.entry(*key).or_default() += 1;
-    }
-    journal
-        .retain_in(..=last_seq, |_, _| false)
-        .map_err(Error::storage)?;
-    Ok(Fold { counts, size })
-}
-
-/// Folds the whole journal into `chunks`, within `txn`; used on open, when no index exists.
-pub(crate) fn fold_all(txn: &redb::WriteTransaction) -> Result<u64> {
     let mut total = 0;
-    loop {
-        let fold = fold(txn, LARGEST_FOLD)?;
-        if fold.size.entries == 0 {
-            return Ok(total);
-        }
-        total += fold.size.entries;
+    for entry in journal.iter().map_err(Error::storage)? {
+        let (_, value) = entry.map_err(Error::storage)?;
+        let (key, index, chunk) = schema::decode_journal(value.value())?;
+        chunks.insert((key, index), chunk).map_err(Error::storage)?;
+        total += 1;
     }
+    journal.retain(|_, _| false).map_err(Error::storage)?;
+    Ok(total)
 }

@@ -100,21 +100,25 @@ pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
     chunks.iter().map(|c| c.text.to_string()).collect()
 }
 
-/// Chunks of `key` in the file, whatever recording they belong to.
+/// Chunks of `key` in the file, whatever recording they belong to: in `chunks`, in the
+/// journal, or (folded, until the journal's prefix is deleted) in both.
 pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
     let txn = store.inner.db.begin_read().unwrap();
     let chunks = txn.open_table(schema::CHUNKS).unwrap();
     let journal = txn.open_table(schema::JOURNAL).unwrap();
-    let folded = chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count();
-    let unfolded = journal
-        .iter()
+    let mut indexes: std::collections::BTreeSet<u64> = chunks
+        .range((key, 0)..=(key, u64::MAX))
         .unwrap()
-        .filter(|entry| {
-            let (_, value) = entry.as_ref().unwrap();
-            schema::decode_journal(value.value()).unwrap().0 == key
-        })
-        .count();
-    folded + unfolded
+        .map(|entry| entry.unwrap().0.value().1)
+        .collect();
+    for entry in journal.iter().unwrap() {
+        let (_, value) = entry.unwrap();
+        let (entry_key, index, _) = schema::decode_journal(value.value()).unwrap();
+        if entry_key == key {
+            indexes.insert(index);
+        }
+    }
+    indexes.len()
 }
 
 /// `expiry` entries of `key` in the file.

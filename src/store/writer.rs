@@ -9,9 +9,7 @@ use redb::ReadableTable;
 use tokio::sync::{mpsc, oneshot};
 
 use super::database::DbHandle;
-use super::journal::{
-    self, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable, LARGEST_FOLD, Size,
-};
+use super::journal::{DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
 use super::schema::{
     self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, RecordingMeta, Status, decode_meta, encode_meta,
 };
@@ -77,8 +75,8 @@ pub(crate) struct Writer {
     settings: WriterSettings,
     /// Sequence number of the next journal entry.
     next_seq: u64,
-    /// What the journal holds, committed and not yet folded.
-    journal_size: Size,
+    /// Journal entries before this one are deleted.
+    journal_pruned_to: u64,
 }
 
 /// What to do once a transaction is committed (or has failed).
@@ -164,7 +162,7 @@ impl Writer {
             journal,
             settings,
             next_seq: 0,
-            journal_size: Size::default(),
+            journal_pruned_to: 0,
         }
     }
 
@@ -222,15 +220,11 @@ impl Writer {
         if batch.is_empty() {
             return;
         }
-        if batch.iter().any(|op| matches!(op, Op::Sweep { .. })) {
-            // Sweeps delete folded chunks in bounded commits; unfolded ones would all have to
-            // go at once, with their recording's row.
-            while self.journal_size.entries > 0 && self.fold(LARGEST_FOLD) > 0 {}
-        }
+        let sweeping = batch.iter().any(|op| matches!(op, Op::Sweep { .. }));
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
         let mut delta = JournalDelta::new(self.next_seq);
-        let outcome = self.apply_all(&mut ops, &mut effects, &mut delta);
+        let outcome = self.apply_all(&mut ops, &mut effects, &mut delta, sweeping);
         self.next_seq = delta.next_seq();
         if outcome.is_ok()
             && effects
@@ -241,9 +235,8 @@ impl Writer {
         }
         match outcome {
             Ok(()) => {
-                self.journal_size = delta.commit_to(&self.journal, self.journal_size);
+                self.journal_pruned_to = delta.commit_to(&self.journal, self.journal_pruned_to);
                 self.publish(effects);
-                self.fold_if_due();
             }
             Err(err) => {
                 // The ops after the one that failed were never applied; they fail too.
@@ -261,65 +254,34 @@ impl Writer {
     }
 
     /// Applies `ops` in one transaction and commits it; `delta` gathers its journal changes.
+    /// Folds the recordings that are due at the end, or the whole journal first when `ops`
+    /// include a sweep.
     fn apply_all(
         &self,
         ops: &mut impl Iterator<Item = Op>,
         effects: &mut Vec<Effect>,
         delta: &mut JournalDelta,
+        sweeping: bool,
     ) -> Result<()> {
         let txn = self.db.begin_write()?;
         let now = self.settings.clock.now_ms();
+        let pruned_to = self.journal_pruned_to;
         {
-            let mut tables = Tables::open(&txn, &self.journal, delta, now)?;
-            for op in ops {
-                self.apply(&mut tables, op, effects)?;
+            let mut t = Tables::open(&txn, &self.journal, delta, now)?;
+            if sweeping {
+                // Sweeps delete folded chunks in bounded commits; unfolded ones would all have
+                // to go at once, with their recording's row.
+                let tables = (&mut t.journal, &mut t.chunks);
+                t.delta.fold_everything(tables, t.index, pruned_to)?;
             }
-            tables.flush_metas()?;
+            for op in ops {
+                self.apply(&mut t, op, effects)?;
+            }
+            t.delta
+                .fold_due((&mut t.journal, &mut t.chunks), t.index, pruned_to)?;
+            t.flush_metas()?;
         }
         txn.commit().map_err(Error::storage)
-    }
-
-    /// Folds the oldest journal entries into `chunks` while there are enough of them.
-    fn fold_if_due(&mut self) {
-        while let Some(step) = self.journal.fold_due(self.journal_size) {
-            if self.fold(step) == 0 {
-                return;
-            }
-        }
-    }
-
-    /// Folds the oldest journal entries, up to `limit`, into `chunks` in a commit of its own;
-    /// returns how many. A fold that fails leaves the journal as it was (readers find the
-    /// entries there) and is tried again later; none is tried while the disk is full.
-    fn fold(&mut self, limit: Size) -> u64 {
-        if self.db.full_error().is_some() {
-            return 0;
-        }
-        let started = std::time::Instant::now();
-        let folded = self.db.begin_write().and_then(|txn| {
-            let fold = journal::fold(&txn, limit)?;
-            txn.commit().map_err(Error::storage)?;
-            Ok(fold)
-        });
-        match folded {
-            Ok(fold) => {
-                fold.commit_to(&self.journal);
-                self.journal_size = self.journal_size.minus(fold.size);
-                tracing::debug!(
-                    entries = fold.size.entries,
-                    bytes = fold.size.bytes,
-                    left = self.journal_size.entries,
-                    took = ?started.elapsed(),
-                    "folded journal"
-                );
-                fold.size.entries
-            }
-            Err(err) => {
-                tracing::warn!(error = %err, "folding the journal failed; will retry");
-                self.db.recover(&err);
-                0
-            }
-        }
     }
 
     /// Applies one op to the open transaction, queueing what to do once it is committed.
@@ -394,7 +356,11 @@ impl Writer {
                     .unwrap_or((progress.chunks, progress.bytes));
                 effects.push(Effect::Finished(tape, status, message.clone(), done));
                 let retention = self.settings.retention_ms;
-                t.finish_meta(key, stored, status, message, retention)
+                t.finish_meta(key, stored, status, message, retention)?;
+                // Its last run, so that it does not hold the journal's dead prefix back.
+                t.delta
+                    .fold((&mut t.journal, &mut t.chunks), t.index, key)
+                    .map(drop)
             }
             Op::Sweep { max_chunks, done } => match t.sweep_expired(max_chunks) {
                 Ok(report) => {
