@@ -8,9 +8,9 @@
 //! costs one commit.
 //!
 //! Every run starts from an empty file. Appending is slower into a file that has grown large:
-//! with 1,000 producers never finishing their recordings, the rate fell from ~57,000 to
-//! ~37,000 tokens/s over 30 s (1.3 M tokens), while recordings that end and are replaced keep
-//! the file small and the rate steady.
+//! before the journal, with 1,000 producers never finishing their recordings, the rate fell
+//! from ~57,000 to ~37,000 tokens/s over 30 s (1.3 M tokens), while recordings that end and are
+//! replaced keep the file small and the rate steady.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

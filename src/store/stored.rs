@@ -39,10 +39,10 @@ impl StoredChunks {
     }
 
     /// Chunks from `from` on, stopping after `max_bytes` of text (at least one chunk is
-    /// returned when any is stored).
+    /// returned when any is stored; none when `from` is past the last).
     ///
-    /// Fails with `RecordingNotFound` when chunk `from` is not stored: the sweeper is deleting
-    /// the recording, oldest chunks first.
+    /// Fails with `RecordingNotFound` when chunk `from` is gone but later ones are not: the
+    /// sweeper is deleting the recording, oldest chunks first.
     pub(crate) fn read_from(&self, from: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
         let mut out = Batch {
             from,
@@ -67,9 +67,6 @@ impl StoredChunks {
             if !out.push(&value)? {
                 break;
             }
-        }
-        if out.chunks.is_empty() {
-            return Err(being_collected(self.key));
         }
         Ok(out.chunks)
     }
