@@ -101,14 +101,14 @@ impl JournalIndex {
     /// The entry of `key`'s newest unfolded chunk only.
     pub(crate) fn last(&self, key: u128) -> JournalView {
         let recordings = self.lock();
-        match recordings.get(&key).and_then(|e| e.unfolded.back()) {
-            Some(&seq) => {
-                let entries = &recordings[&key];
-                JournalView {
-                    first_index: entries.first_index + entries.unfolded.len() as u64 - 1,
-                    seqs: vec![seq],
-                }
-            }
+        let Some(entries) = recordings.get(&key) else {
+            return JournalView::default();
+        };
+        match entries.unfolded.back() {
+            Some(&seq) => JournalView {
+                first_index: entries.first_index + entries.unfolded.len() as u64 - 1,
+                seqs: vec![seq],
+            },
             None => JournalView::default(),
         }
     }

@@ -1,7 +1,7 @@
 //! Tests of the journal: a recording reads the same whether its chunks are still in the
 //! journal, already folded into `chunks`, or split between the two; a reader following a
-//! recording through folds misses nothing; big chunks skip the journal; a journal left in the
-//! file is folded on open.
+//! recording through folds misses nothing; big chunks skip the journal; a slow recording does
+//! not hold the journal back; a journal left in the file is folded on open.
 use std::sync::Arc;
 
 use redb::ReadableTableMetadata;
@@ -297,4 +297,32 @@ async fn a_schema_1_file_is_upgraded_in_place() {
         .unwrap()
         .value();
     assert_eq!(version, schema::SCHEMA_VERSION);
+}
+
+/// A recording too slow to fill a run must not hold the journal's dead prefix (and so the
+/// journal's size) back for ever: once it falls far enough behind, it is folded anyway.
+#[tokio::test]
+async fn a_slow_recording_is_folded_once_it_falls_far_behind() {
+    const BUSY: u64 = 70_000;
+    let (_dir, _clock, store) = fresh();
+    let mut slow = store.start(&id("slow")).await.unwrap();
+    let slow_key = slow.tape().key();
+    record(&mut slow, &["a ", "few"]).await;
+    let mut busy = store.start(&id("busy")).await.unwrap();
+    let mut last = None;
+    for i in 0..BUSY {
+        last = Some(busy.append(&token(i)).await.unwrap());
+    }
+    acked(last.unwrap()).await.unwrap();
+
+    assert_eq!(folded_chunks(&store, slow_key), 2);
+    let left = journal_entries(&store);
+    assert!(
+        left < 10_000,
+        "{left} of {BUSY} entries still in the journal"
+    );
+    assert_eq!(
+        texts_of(&all_chunks(&store, slow_key, 1).await),
+        ["a ", "few"]
+    );
 }
