@@ -7,7 +7,8 @@
 //! - [`error`]: the one error enum and its mapping to gRPC statuses.
 //! - [`id`]: `ConversationId`, parsing the wire forms of a conversation id.
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
-//! - [`store`]: the redb store: schema, commit pipeline, live high-water marks, recovery, sweeper.
+//! - [`store`]: the redb store: schema, journal, commit pipeline, live high-water marks, recovery,
+//!   sweeper.
 //! - [`recorder`]: the domain core over the store: producer sessions, replays, cancel, limits.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`.
 //! - [`server`]: `run(listener, config, shutdown)`, wiring store, recorder and tonic together.

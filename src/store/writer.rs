@@ -617,7 +617,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     }
 
     /// Stores one chunk: at the end of the journal, or straight into `chunks` when it is big
-    /// and its recording has nothing in the journal (its folded chunks must stay a prefix).
+    /// and its recording has nothing unfolded (its folded chunks must stay a prefix).
     fn append_chunk(&mut self, key: u128, chunk: &Chunk) -> Result<()> {
         self.appended.insert(key, (chunk.index + 1, chunk.end()));
         if chunk.text.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
