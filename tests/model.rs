@@ -225,6 +225,11 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
 impl Real {
     fn open(path: std::path::PathBuf, clock: ManualClock) -> Real {
         let store = open_store(&path, &clock).unwrap();
+        Real::on(path, clock, store)
+    }
+
+    /// A fresh recorder over `store`, opened on `path`; no producers or subscribers yet.
+    fn on(path: std::path::PathBuf, clock: ManualClock, store: Store) -> Real {
         let recorder = Recorder::new(store.clone(), LIMITS);
         Real {
             path,
@@ -264,15 +269,7 @@ impl Real {
         })
         .await
         .expect("the file was not released");
-        let recorder = Recorder::new(store.clone(), LIMITS);
-        Real {
-            path,
-            clock,
-            store,
-            recorder,
-            producers: Default::default(),
-            subscribers: Vec::new(),
-        }
+        Real::on(path, clock, store)
     }
 }
 

@@ -339,9 +339,8 @@ impl JournalDelta {
     }
 
     /// Folds the recordings that are due, within the commit's budget (see [`MIN_FOLD_BUDGET`]),
-    /// then deletes
-    /// the journal's dead prefix if it has grown by [`MIN_PRUNE`] since `pruned_to`. Call it
-    /// after the transaction's other work.
+    /// then deletes the journal's dead prefix if it has grown by [`MIN_PRUNE`] since
+    /// `pruned_to`. Call it after the transaction's other work.
     pub(crate) fn fold_due(
         &mut self,
         tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
@@ -387,10 +386,16 @@ impl JournalDelta {
         pruned_to: u64,
         min: u64,
     ) -> Result<()> {
+        // The cut is at most `next_seq`: most commits need not look any further.
+        let min_cut = pruned_to.saturating_add(min);
+        if self.next_seq < min_cut {
+            return Ok(());
+        }
         // Committed entries still unfolded after this transaction's folds hold the cut back;
         // entries appended here are past any committed one.
+        let recordings = index.lock();
         let mut cut = self.next_seq;
-        for (key, entries) in index.lock().iter() {
+        for (key, entries) in recordings.iter() {
             if self.forgotten.contains(key) {
                 continue;
             }
@@ -403,14 +408,15 @@ impl JournalDelta {
             let committed = if self.forgotten.contains(key) {
                 0
             } else {
-                index.lock().get(key).map_or(0, |e| e.unfolded.len())
+                recordings.get(key).map_or(0, |e| e.unfolded.len())
             };
             let done = self.folded.get(key).copied().unwrap_or(0);
             if let Some(&first) = appended.seqs.get(done.saturating_sub(committed)) {
                 cut = cut.min(first);
             }
         }
-        if cut >= pruned_to.saturating_add(min) {
+        drop(recordings);
+        if cut >= min_cut {
             journal
                 .retain_in(..cut, |_, _| false)
                 .map_err(Error::storage)?;

@@ -164,6 +164,8 @@ async fn big_chunks_skip_the_journal_until_a_small_one_is_in_it() {
     assert_eq!(journal_entries(&store), 2);
     assert_eq!(texts_of(&all_chunks(&store, key, 1).await), texts);
     writer.finish(Status::Completed, None).await.unwrap();
+    // Its end folded the rest.
+    assert_eq!(folded_chunks(&store, key), 4);
     let meta = store.meta(key).await.unwrap().unwrap();
     let len: usize = texts.iter().map(String::len).sum();
     assert_eq!((meta.chunk_count, meta.byte_len), (4, len as u64));

@@ -43,23 +43,8 @@ pub fn test_config(data_dir: &Path) -> Config {
 impl TestServer {
     /// Starts a server on `config.data_dir`, listening on a free loopback port.
     pub async fn start(config: Config) -> TestServer {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let addr = listener.local_addr().unwrap();
         let store = tapedeck::server::open_store(&config).unwrap();
-        let (shutdown, stop) = oneshot::channel::<()>();
-        let data_dir = config.data_dir.clone();
-        let task = tokio::spawn(async move {
-            tapedeck::server::run(listener, store, &config, async {
-                let _ = stop.await;
-            })
-            .await
-        });
-        TestServer {
-            addr,
-            data_dir,
-            shutdown: Some(shutdown),
-            task,
-        }
+        Self::start_with_store(config, store).await
     }
 
     /// Starts a server with default settings on `data_dir`.

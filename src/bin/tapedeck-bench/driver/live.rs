@@ -95,11 +95,7 @@ pub async fn run_live<T: Target>(
         .zip(written_before)
         .map(|(after, before)| after.saturating_sub(before));
     let memory = pid.and_then(|pid| procfs::memory(Some(pid)));
-    let first_error = counters
-        .first_error
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let first_error = counters.first_error();
     Outcome {
         scenario: scenario.into(),
         target: target_name.into(),

@@ -46,6 +46,14 @@ struct Counters {
 }
 
 impl Counters {
+    /// The first error counted, as text.
+    fn first_error(&self) -> Option<String> {
+        self.first_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
     fn error(&self, err: &anyhow::Error) {
         self.errors.fetch_add(1, Ordering::Relaxed);
         let mut first = self.first_error.lock().unwrap_or_else(|e| e.into_inner());

@@ -142,11 +142,7 @@ pub async fn run_replay<T: Target>(
     bar.finish_and_clear();
     let replay_bytes = bytes.load(Ordering::Relaxed);
     let memory = pid.and_then(|pid| procfs::memory(Some(pid)));
-    let first_error = counters
-        .first_error
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .clone();
+    let first_error = counters.first_error();
     Outcome {
         scenario: scenario.into(),
         target: target_name.into(),
