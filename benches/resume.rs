@@ -10,7 +10,7 @@ use tapedeck::Config;
 use tapedeck::id::ConversationId;
 use tapedeck::pb::ReplayRequest;
 use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
-use tapedeck::store::Status;
+use tapedeck::recorder::{Recordings, Status};
 use tokio::runtime::Runtime;
 
 /// Chunks in the recording.
@@ -34,7 +34,8 @@ fn resume_near_the_end(c: &mut Criterion) {
     let store = tapedeck::server::open_store(&config).unwrap();
     let built = std::time::Instant::now();
     runtime.block_on(async {
-        let mut writer = store.start(&id).await.unwrap();
+        let recordings = Recordings::new(store.clone(), 1);
+        let mut writer = recordings.start(&id).await.unwrap();
         let mut in_flight = std::collections::VecDeque::new();
         for _ in 0..CHUNKS {
             in_flight.push_back(writer.append(TOKEN).await.unwrap());

@@ -17,7 +17,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
 use tapedeck::id::ConversationId;
-use tapedeck::store::{Status, Store, StoreOptions, TapeWriter};
+use tapedeck::recorder::{Recordings, Status, TapeWriter};
+use tapedeck::store::{Store, StoreOptions};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
 
@@ -40,14 +41,15 @@ fn runtime() -> Runtime {
         .expect("a tokio runtime")
 }
 
-fn open_store() -> (TempDir, Store) {
+/// A fresh store, with the recorder's live recordings over it (no live limit).
+fn open_store() -> (TempDir, Recordings) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = Store::open(&dir.path().join("bench.redb"), StoreOptions::default())
         .expect("a fresh database");
-    (dir, store)
+    (dir, Recordings::new(store, usize::MAX))
 }
 
-async fn start_producers(store: &Store, count: usize) -> Vec<TapeWriter> {
+async fn start_producers(store: &Recordings, count: usize) -> Vec<TapeWriter> {
     let ids: Vec<ConversationId> = (0..count)
         .map(|i| ConversationId::parse(format!("producer-{i}").as_bytes()).expect("a valid id"))
         .collect();
@@ -160,7 +162,7 @@ fn report() {
         );
         rt.block_on(async {
             finish_producers(writers).await;
-            store.close().await;
+            store.store().clone().close().await;
         });
     }
 
@@ -179,11 +181,11 @@ fn report() {
         chunks as f64 / secs,
         (chunks * TOKEN.len() as u64) as f64 / secs / 1e6
     );
-    rt.block_on(store.close());
+    rt.block_on(store.store().clone().close());
 }
 
 /// A finished recording of `READ_CHUNKS` tokens; returns its key and generation.
-async fn fill_recording(store: &Store) -> (u128, u64) {
+async fn fill_recording(store: &Recordings) -> (u128, u64) {
     let id = ConversationId::parse(b"read-bench").expect("a valid id");
     let mut writer = store.start(&id).await.expect("a started recording");
     let mut last = None;
@@ -202,10 +204,11 @@ async fn fill_recording(store: &Store) -> (u128, u64) {
 }
 
 /// Reads the whole recording in `READ_BATCH_BYTES` ranges; returns the chunks read.
-async fn read_all(store: &Store, key: u128, generation: u64) -> u64 {
+async fn read_all(store: &Recordings, key: u128, generation: u64) -> u64 {
     let mut from = 0;
     loop {
         let chunks = store
+            .store()
             .read_chunks(key, generation, from, READ_BATCH_BYTES)
             .await
             .expect("a range read");
@@ -237,7 +240,7 @@ fn append(c: &mut Criterion) {
                 let elapsed = started.elapsed();
                 rt.block_on(async {
                     finish_producers(writers).await;
-                    store.close().await;
+                    store.store().clone().close().await;
                 });
                 elapsed
             })
@@ -256,7 +259,7 @@ fn read(c: &mut Criterion) {
         b.iter(|| rt.block_on(read_all(&store, key, generation)))
     });
     group.finish();
-    rt.block_on(store.close());
+    rt.block_on(store.store().clone().close());
 }
 
 criterion_group! {

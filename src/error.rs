@@ -1,96 +1,287 @@
-//! The one error type of tapedeck, and the single place it becomes a gRPC status.
+//! The one error type of tapedeck: variants named after their cause, keeping the real source.
+//! [`Error::client_message`] is the single place that decides what a client may read; internal
+//! detail goes to the log.
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use tonic::{Code, Status};
 
 /// Result with tapedeck's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// What a client reads in place of an internal error's detail.
+const INTERNAL_MESSAGE: &str = "internal storage error; see the server log";
+/// What a client reads when a write failed on a full disk.
+const DISK_FULL_MESSAGE: &str = "the disk is full; recordings cannot grow until space is freed";
+
 /// Everything that can go wrong in tapedeck, named after its cause.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// A conversation id that is none of the accepted forms.
     #[error("invalid conversation_id: {reason}")]
-    InvalidConversationId { reason: String },
+    InvalidConversationId {
+        /// What is wrong with it.
+        reason: String,
+    },
+    /// The first message of a stream named no conversation.
     #[error("the first message of a stream must carry a conversation_id")]
     MissingConversationId,
+    /// A later message named another conversation.
     #[error("conversation_id changed mid-stream; open a new stream for another conversation")]
     ConversationIdChanged,
+    /// A chunk over `--max-chunk-bytes`.
     #[error("chunk of {size} bytes exceeds the limit of {max} bytes (--max-chunk-bytes)")]
-    ChunkTooLarge { size: usize, max: usize },
+    ChunkTooLarge {
+        /// The chunk's size, in bytes.
+        size: usize,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// A recording that would grow over `--max-recording-bytes`.
     #[error(
         "recording would reach {size} bytes, over the limit of {max} bytes (--max-recording-bytes)"
     )]
-    RecordingTooLarge { size: u64, max: u64 },
+    RecordingTooLarge {
+        /// The size it would reach, in bytes.
+        size: u64,
+        /// The limit, in bytes.
+        max: u64,
+    },
+    /// `--max-live-recordings` are live already.
     #[error("{max} recordings are already live, the limit (--max-live-recordings); retry later")]
-    TooManyLiveRecordings { max: usize },
+    TooManyLiveRecordings {
+        /// The limit.
+        max: usize,
+    },
+    /// A check of more ids than one call takes.
     #[error("{count} conversation ids given; at most {max} per call")]
-    TooManyIds { count: usize, max: usize },
+    TooManyIds {
+        /// Ids given.
+        count: usize,
+        /// The most one call takes.
+        max: usize,
+    },
+    /// Nothing recorded for the conversation, or it was collected.
     #[error("no recording for conversation {id}: never recorded, or already collected")]
-    RecordingNotFound { id: String },
+    RecordingNotFound {
+        /// The id as the caller sent it.
+        id: String,
+    },
+    /// A resume offset past the end of a finished recording.
     #[error("offset {offset} is past the end of the finished recording ({len} bytes)")]
-    OffsetOutOfRange { offset: u64, len: u64 },
+    OffsetOutOfRange {
+        /// The offset asked for.
+        offset: u64,
+        /// The recording's length, in bytes.
+        len: u64,
+    },
+    /// A resume offset that splits a UTF-8 character.
     #[error("offset {offset} is inside a UTF-8 character; resume from a character boundary")]
-    OffsetInsideCharacter { offset: u64 },
+    OffsetInsideCharacter {
+        /// The offset asked for.
+        offset: u64,
+    },
+    /// A negative resume offset.
     #[error("offset {offset} is negative")]
-    NegativeOffset { offset: i64 },
+    NegativeOffset {
+        /// The offset asked for.
+        offset: i64,
+    },
+    /// A newer recording of the conversation replaced this one.
     #[error("the recording was superseded by a newer recording of the same conversation")]
     Superseded,
+    /// The recording ended before this operation.
     #[error("the recording has already ended")]
     RecordingEnded,
+    /// The server is shutting down, or the store is closed.
     #[error("the server is shutting down")]
     ShuttingDown,
+    /// A database file of another schema version.
     #[error(
         "database {path} was written by schema version {found}; this build reads version {expected}"
     )]
     SchemaVersion {
+        /// The database file.
         path: PathBuf,
+        /// Its version.
         found: u64,
+        /// The version this build reads.
         expected: u64,
     },
+    /// redb refused to open the file.
     #[error(
         "cannot open database {path}: {source}; the file is damaged or is not a tapedeck \
          database: restore it from a backup, or move it away to start with an empty one"
     )]
     OpenDatabase {
+        /// The database file.
         path: PathBuf,
+        /// redb's reason.
         #[source]
         source: redb::DatabaseError,
     },
+    /// The file opened, but reading or recovering it failed.
+    #[error(
+        "cannot open database {path}: {source}; the file is damaged or is not a tapedeck \
+         database: restore it from a backup, or move it away to start with an empty one"
+    )]
+    DamagedDatabase {
+        /// The database file.
+        path: PathBuf,
+        /// What failed while recovering it.
+        #[source]
+        source: Box<Error>,
+    },
+    /// redb panicked on the file: it cannot make sense of it.
+    #[error(
+        "cannot open database {path}: redb could not read it ({panic}); the file is damaged or \
+         is not a tapedeck database: restore it from a backup, or move it away to start with an \
+         empty one"
+    )]
+    UnreadableDatabase {
+        /// The database file.
+        path: PathBuf,
+        /// redb's panic message.
+        panic: String,
+    },
+    /// Another process holds the database file.
     #[error(
         "database {path} is in use by another process; stop it, or give this one another \
          --data-dir"
     )]
-    DatabaseInUse { path: PathBuf },
+    DatabaseInUse {
+        /// The database file.
+        path: PathBuf,
+    },
+    /// The data directory cannot be used.
     #[error(
         "cannot use data directory {path}: {source}; make it a writable directory, or choose \
          another with --data-dir"
     )]
     DataDir {
+        /// The directory.
         path: PathBuf,
+        /// Why.
         #[source]
         source: std::io::Error,
     },
-    #[error("the disk is full: {0}")]
-    DiskFull(String),
+    /// A write failed because the disk is full.
+    #[error("the disk is full: {source}")]
+    DiskFull {
+        /// The failed write.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The disk filled up earlier and has no room yet: what would grow the file is refused.
+    #[error("the disk is full; new recordings are refused until space is freed")]
+    StoreFull,
+    /// redb failed.
     #[error("storage error: {0}")]
-    Storage(String),
-    #[error("stored data could not be decoded: {0}")]
-    Corrupt(String),
+    Storage(#[source] redb::Error),
+    /// The database could not be reopened after an I/O error.
+    #[error("the database is unavailable: it could not be reopened after an I/O error")]
+    DatabaseUnavailable,
+    /// Stored data breaks one of tapedeck's invariants.
+    #[error("stored data is inconsistent: {detail}")]
+    Corrupt {
+        /// Which invariant, and where.
+        detail: String,
+    },
+    /// A stored value could not be decoded.
+    #[error("stored {what} could not be decoded: {source}")]
+    Decode {
+        /// What was being decoded.
+        what: &'static str,
+        /// bincode's reason.
+        #[source]
+        source: bincode::error::DecodeError,
+    },
+    /// A value could not be encoded for storage.
+    #[error("{what} could not be encoded: {source}")]
+    Encode {
+        /// What was being encoded.
+        what: &'static str,
+        /// bincode's reason.
+        #[source]
+        source: bincode::error::EncodeError,
+    },
+    /// One failure, shared by every operation it failed (all the ops of a failed commit).
+    #[error(transparent)]
+    Shared(Arc<Error>),
+    /// The commit pipeline's thread could not be started.
+    #[error("cannot start the commit pipeline thread: {0}")]
+    WriterThread(#[source] std::io::Error),
+    /// A blocking read task panicked or was cancelled.
+    #[error("a read task failed: {0}")]
+    ReadTask(#[source] tokio::task::JoinError),
+    /// The listening socket failed.
+    #[error("the listener on {addr} failed: {source}")]
+    Listener {
+        /// The address it listens on, if known.
+        addr: String,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A port could not be bound.
+    #[error(
+        "cannot listen on {addr}: {source}; is another process using it? choose another \
+         address with --listen"
+    )]
+    Bind {
+        /// The address.
+        addr: SocketAddr,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The gRPC reflection service could not be built.
+    #[error("cannot build the gRPC reflection service: {0}")]
+    Reflection(#[source] tonic_reflection::server::Error),
+    /// The gRPC server stopped with an error.
+    #[error("the gRPC server failed: {0}")]
+    Serve(#[source] tonic::transport::Error),
 }
 
 impl Error {
     /// Wraps any redb error, telling a full disk apart from other storage failures.
     pub(crate) fn storage(err: impl Into<redb::Error>) -> Self {
-        let err: redb::Error = err.into();
-        if let redb::Error::Io(io) = &err
-            && io.kind() == std::io::ErrorKind::StorageFull
-        {
-            return Error::DiskFull(io.to_string());
+        match err.into() {
+            redb::Error::Io(source) if source.kind() == std::io::ErrorKind::StorageFull => {
+                Error::DiskFull { source }
+            }
+            err => Error::Storage(err),
         }
-        Error::Storage(err.to_string())
     }
 
-    /// The gRPC code DESIGN.md names for this error.
+    /// The error itself, looking through [`Error::Shared`].
+    pub fn root(&self) -> &Error {
+        match self {
+            Error::Shared(inner) => inner.root(),
+            other => other,
+        }
+    }
+
+    /// Whether the disk is full (now, or since an earlier failure).
+    pub fn is_disk_full(&self) -> bool {
+        matches!(self.root(), Error::DiskFull { .. } | Error::StoreFull)
+    }
+
+    /// Whether this is a failure of the stored data or of redb under it (as opposed to a
+    /// refusal, a bad request or a failure elsewhere).
+    pub fn is_storage(&self) -> bool {
+        matches!(
+            self.root(),
+            Error::Storage(_)
+                | Error::DatabaseUnavailable
+                | Error::Corrupt { .. }
+                | Error::Decode { .. }
+                | Error::Encode { .. }
+        )
+    }
+
+    /// The gRPC code for this error.
     pub fn code(&self) -> Code {
         match self {
             Error::InvalidConversationId { .. }
@@ -102,17 +293,42 @@ impl Error {
             Error::ChunkTooLarge { .. }
             | Error::RecordingTooLarge { .. }
             | Error::TooManyLiveRecordings { .. }
-            | Error::DiskFull(_) => Code::ResourceExhausted,
+            | Error::DiskFull { .. }
+            | Error::StoreFull => Code::ResourceExhausted,
             Error::RecordingNotFound { .. } => Code::NotFound,
             Error::OffsetOutOfRange { .. } => Code::OutOfRange,
             Error::Superseded | Error::RecordingEnded => Code::Aborted,
             Error::ShuttingDown => Code::Unavailable,
+            Error::Shared(inner) => inner.code(),
             Error::SchemaVersion { .. }
             | Error::OpenDatabase { .. }
+            | Error::DamagedDatabase { .. }
+            | Error::UnreadableDatabase { .. }
             | Error::DatabaseInUse { .. }
             | Error::DataDir { .. }
             | Error::Storage(_)
-            | Error::Corrupt(_) => Code::Internal,
+            | Error::DatabaseUnavailable
+            | Error::Corrupt { .. }
+            | Error::Decode { .. }
+            | Error::Encode { .. }
+            | Error::WriterThread(_)
+            | Error::ReadTask(_)
+            | Error::Listener { .. }
+            | Error::Bind { .. }
+            | Error::Reflection(_)
+            | Error::Serve(_) => Code::Internal,
+        }
+    }
+
+    /// The text a client may read: the message itself for what the client can act on, a
+    /// fixed pointer to the server log for internal failures. Every face, and every stored end
+    /// message, uses this.
+    pub fn client_message(&self) -> String {
+        match self.root() {
+            // The io error's own text (an errno) is internal detail.
+            Error::DiskFull { .. } => DISK_FULL_MESSAGE.to_string(),
+            err if err.code() == Code::Internal => INTERNAL_MESSAGE.to_string(),
+            err => err.to_string(),
         }
     }
 }
@@ -121,10 +337,8 @@ impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = err.code();
         if code == Code::Internal {
-            // Internal details go to the log; the client gets a stable, actionable message.
             tracing::error!(error = %err, "internal error");
-            return Status::internal("internal storage error; see the server log");
         }
-        Status::new(code, err.to_string())
+        Status::new(code, err.client_message())
     }
 }

@@ -60,9 +60,14 @@ impl ConversationId {
     }
 }
 
+/// The id as the caller sent it: its text (control characters escaped, so a log line stays
+/// one line), or the UUID of a 16-byte binary id.
 impl std::fmt::Display for ConversationId {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        self.uuid.fmt(f)
+        match std::str::from_utf8(&self.original) {
+            Ok(text) if self.original.len() != 16 => write!(f, "{}", text.escape_debug()),
+            _ => self.uuid.fmt(f),
+        }
     }
 }
 
@@ -106,6 +111,19 @@ mod tests {
         assert_eq!(a.key(), b.key());
         assert_ne!(a.key(), c.key());
         assert_eq!(a.uuid().get_version_num(), 5);
+    }
+
+    #[test]
+    fn ids_display_as_the_caller_sent_them() {
+        let uuid = Uuid::parse_str(TEXT).unwrap();
+        assert_eq!(ConversationId::parse(b"nope").unwrap().to_string(), "nope");
+        assert_eq!(
+            ConversationId::parse(TEXT.as_bytes()).unwrap().to_string(),
+            TEXT
+        );
+        let binary = ConversationId::parse(uuid.as_bytes()).unwrap();
+        assert_eq!(binary.to_string(), uuid.hyphenated().to_string());
+        assert_eq!(ConversationId::parse(b"a\nb").unwrap().to_string(), "a\\nb");
     }
 
     #[test]

@@ -12,8 +12,8 @@ use proptest::prelude::*;
 use tapedeck::Error;
 use tapedeck::clock::{Clock, ManualClock};
 use tapedeck::id::ConversationId;
-use tapedeck::recorder::{Limits, Producer, Recorder, Replay};
-use tapedeck::store::{Status, Store, StoreOptions, sweeper};
+use tapedeck::recorder::{Limits, Producer, Recorder, Replay, Status, sweeper};
+use tapedeck::store::{Store, StoreOptions};
 
 /// Cases run by `cargo test`.
 const DEFAULT_CASES: u32 = 64;
@@ -24,6 +24,7 @@ const IDLE_MS: u64 = 2_500;
 const LIMITS: Limits = Limits {
     max_chunk_bytes: 24,
     max_recording_bytes: 120,
+    max_live_recordings: 100,
 };
 /// How long any single wait may take before the case fails.
 const WAIT: Duration = Duration::from_secs(5);
@@ -216,7 +217,6 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
         path,
         StoreOptions {
             retention: Duration::from_millis(RETENTION_MS),
-            max_live: 100,
             clock: Arc::new(clock.clone()),
         },
     )
@@ -357,6 +357,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             };
             // The producer of the conversation's latest recording: it owns it while it is live.
             let owns = model.live(conv).is_some();
+            let mut producer = producer;
             let progress = within("complete", producer.complete()).await.unwrap();
             if owns {
                 assert_eq!(progress.status, Status::Completed);
@@ -391,7 +392,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
                 return;
             };
             let owns = model.live(conv).is_some();
-            let mut progress = producer.tape().subscribe();
+            let mut progress = producer.subscribe();
             drop(producer);
             // The end is committed in the background; it is visible once published.
             within("vanish", progress.wait_for(|p| !p.status.is_live()))
@@ -422,7 +423,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             model.now_ms += ms;
             within(
                 "sweep",
-                sweeper::sweep_once(&real.store, Duration::from_millis(IDLE_MS)),
+                sweeper::sweep_once(real.recorder.recordings(), Duration::from_millis(IDLE_MS)),
             )
             .await
             .unwrap();

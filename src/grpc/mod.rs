@@ -1,17 +1,21 @@
 //! The gRPC face: thin adapters from the two Memory Service contracts to the [`Recorder`]. They
 //! decode ids, map errors to statuses and shape messages; the behaviour lives in the recorder.
+//! [`routes`] assembles them with health and reflection.
 
 mod recorder;
 mod resumer;
+mod routes;
 
 pub use recorder::RecorderService;
 pub use resumer::ResumerService;
+pub use routes::{Health, Lifecycle, routes};
 
 use std::pin::Pin;
 
 use futures::Stream;
+use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
-use tonic::{Code, Status};
+use tonic::{Code, Status, Streaming};
 
 use crate::error::Error;
 use crate::id::ConversationId;
@@ -44,6 +48,20 @@ fn incoming_error(status: Status) -> Status {
         ));
     }
     status
+}
+
+/// The first message of a producer's stream, unless the server begins to shut down first.
+async fn first_message<T>(
+    stream: &mut Streaming<T>,
+    stop: &CancellationToken,
+) -> Result<T, Status> {
+    tokio::select! {
+        message = stream.message() => match message.map_err(incoming_error)? {
+            Some(first) => Ok(first),
+            None => Err(Error::MissingConversationId.into()),
+        },
+        () = stop.cancelled() => Err(Error::ShuttingDown.into()),
+    }
 }
 
 /// A resume offset from the wire, which carries it signed.
@@ -95,7 +113,7 @@ fn end_status(replay: &Replay) -> Status {
     if let Some(status) = replay.ending() {
         trailers.insert(
             STATUS_TRAILER,
-            status.as_str().parse().expect("status names are ASCII"),
+            tonic::metadata::MetadataValue::from_static(status.as_str()),
         );
     }
     trailers.insert(OFFSET_TRAILER, replay.offset().into());

@@ -1,25 +1,30 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{ReplayStream, incoming_error, parse_id, parse_offset, stream_replay};
+use super::{
+    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, stream_replay,
+};
 use crate::pb::response_recorder_service_server::ResponseRecorderService;
 use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
     IsEnabledResponse, RecordRequest, RecordResponse, RecordStatus, ReplayRequest, ReplayResponse,
 };
-use crate::recorder::{Producer, Recorder};
-use crate::store::{Progress, Status as RecordingStatus};
+use crate::recorder::{Producer, Progress, Recorder, Status as RecordingStatus};
 
 /// The current recorder API over a [`Recorder`].
 #[derive(Clone, Debug)]
 pub struct RecorderService {
     recorder: Recorder,
+    lifecycle: Lifecycle,
 }
 
 impl RecorderService {
-    /// A service answering from `recorder`.
-    pub fn new(recorder: Recorder) -> Self {
-        Self { recorder }
+    /// A service answering from `recorder`, stopping with `lifecycle`.
+    pub fn new(recorder: Recorder, lifecycle: Lifecycle) -> Self {
+        Self {
+            recorder,
+            lifecycle,
+        }
     }
 }
 
@@ -30,9 +35,7 @@ impl ResponseRecorderService for RecorderService {
         request: Request<Streaming<RecordRequest>>,
     ) -> Result<Response<RecordResponse>, Status> {
         let mut stream = request.into_inner();
-        let Some(first) = stream.message().await.map_err(incoming_error)? else {
-            return Err(crate::Error::MissingConversationId.into());
-        };
+        let first = first_message(&mut stream, &self.lifecycle.stop).await?;
         let id = parse_id(&first.conversation_id)?;
         let producer = self.recorder.start(id).await?;
         record_stream(producer, first, stream)
@@ -96,7 +99,7 @@ async fn record_stream(
         let message = match next.take() {
             Some(message) => message,
             None => tokio::select! {
-                ended = producer.ended() => return Ok(response(ended, producer.tape().end_message())),
+                ended = producer.ended() => return Ok(response(ended, producer.end_message())),
                 message = stream.message() => match message {
                     Ok(Some(message)) => message,
                     Ok(None) => break,
@@ -112,19 +115,18 @@ async fn record_stream(
             .accept(&message.conversation_id, &message.content)
             .await
         {
-            producer.interrupt(err.to_string()).await;
+            producer.interrupt(err.client_message()).await;
             return Err(err.into());
         }
         if message.complete {
             break;
         }
     }
-    let tape = producer.tape().clone();
     Ok(match producer.complete().await {
-        Ok(progress) => response(progress, tape.end_message()),
+        Ok(progress) => response(progress, producer.end_message()),
         Err(err) => RecordResponse {
             status: RecordStatus::Error as i32,
-            error_message: err.to_string(),
+            error_message: err.client_message(),
         },
     })
 }

@@ -8,15 +8,16 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::{ReplayStream, incoming_error, parse_id, parse_offset, stream_replay};
+use super::{
+    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, stream_replay,
+};
 use crate::pb::response_resumer_service_server::ResponseResumerService;
 use crate::pb::{
     CancelResponseRequest, CancelResponseResponse, CheckConversationsRequest,
     CheckConversationsResponse, IsEnabledResponse, ReplayResponseTokensRequest,
     ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
-use crate::recorder::{Producer, Recorder};
-use crate::store::Status as RecordingStatus;
+use crate::recorder::{Producer, Recorder, Status as RecordingStatus};
 
 /// How long `CancelResponse` waits for the producer's stream to end.
 const CANCEL_WAIT: Duration = Duration::from_secs(30);
@@ -27,12 +28,16 @@ const RESPONSE_BUFFER: usize = 64;
 #[derive(Clone, Debug)]
 pub struct ResumerService {
     recorder: Recorder,
+    lifecycle: Lifecycle,
 }
 
 impl ResumerService {
-    /// A service answering from `recorder`.
-    pub fn new(recorder: Recorder) -> Self {
-        Self { recorder }
+    /// A service answering from `recorder`, its producer sessions owned by `lifecycle`.
+    pub fn new(recorder: Recorder, lifecycle: Lifecycle) -> Self {
+        Self {
+            recorder,
+            lifecycle,
+        }
     }
 }
 
@@ -49,10 +54,12 @@ impl ResponseResumerService for ResumerService {
         // Answer with headers at once: a bidirectional client may wait for them before it
         // sends its first token. Errors in the first message end the stream instead.
         let recorder = self.recorder.clone();
+        let stop = self.lifecycle.stop.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
-        tokio::spawn(async move {
+        // Owned by the server's tracker: shutdown ends the recording, which ends this session.
+        self.lifecycle.tasks.spawn(async move {
             let mut requests = request.into_inner();
-            match start_producer(&recorder, &mut requests).await {
+            match start_producer(&recorder, &mut requests, &stop).await {
                 Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -110,10 +117,9 @@ impl ResponseResumerService for ResumerService {
 async fn start_producer(
     recorder: &Recorder,
     requests: &mut Streaming<StreamResponseTokenRequest>,
+    stop: &tokio_util::sync::CancellationToken,
 ) -> Result<(Producer, StreamResponseTokenRequest), Status> {
-    let Some(first) = requests.message().await.map_err(incoming_error)? else {
-        return Err(crate::Error::MissingConversationId.into());
-    };
+    let first = first_message(requests, stop).await?;
     let id = parse_id(&first.conversation_id)?;
     Ok((recorder.start(id).await?, first))
 }
@@ -159,7 +165,7 @@ async fn stream_tokens(
                 while let Some(response) = pending.next().await {
                     let _ = responses.send(Ok(response)).await;
                 }
-                let end = end_response(ended.bytes, ended.status, producer.tape().end_message());
+                let end = end_response(ended.bytes, ended.status, producer.end_message());
                 let _ = responses.send(Ok(end)).await;
                 return;
             }
@@ -184,21 +190,16 @@ async fn stream_tokens(
     while let Some(response) = pending.next().await {
         let _ = responses.send(Ok(response)).await;
     }
-    let tape = producer.tape().clone();
     match producer.complete().await {
         Ok(progress) if progress.status == RecordingStatus::Completed => {}
         Ok(progress) => {
-            let _ = responses
-                .send(Ok(end_response(
-                    progress.bytes,
-                    progress.status,
-                    tape.end_message(),
-                )))
-                .await;
+            let end = end_response(progress.bytes, progress.status, producer.end_message());
+            let _ = responses.send(Ok(end)).await;
         }
         Err(err) => {
+            let bytes = producer.progress().bytes;
             let _ = responses
-                .send(Ok(refusal(&err.to_string(), tape.progress().bytes)))
+                .send(Ok(refusal(&err.client_message(), bytes)))
                 .await;
         }
     }
@@ -216,12 +217,12 @@ async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) ->
         Ok(Some(committed)) => Box::pin(async move {
             match committed.await {
                 Ok(Ok(offset)) => success(offset),
-                Ok(Err(err)) => refusal(&err.to_string(), reached),
+                Ok(Err(err)) => refusal(&err.client_message(), reached),
                 Err(_) => refusal("the server is shutting down", reached),
             }
         }),
         Ok(None) => Box::pin(std::future::ready(success(reached))),
-        Err(err) => Box::pin(std::future::ready(refusal(&err.to_string(), reached))),
+        Err(err) => Box::pin(std::future::ready(refusal(&err.client_message(), reached))),
     }
 }
 

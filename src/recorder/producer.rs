@@ -5,25 +5,30 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::Limits;
+use super::status::{Progress, Status};
+use super::tape::{Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Committed, Progress, Status, Tape, TapeWriter};
+use crate::store::Committed;
 
-/// A producer's session on a live recording. Dropping it ends the recording as `interrupted`.
+/// A producer's session on a live recording. Dropping it before it completes ends the
+/// recording as `interrupted`.
 #[derive(Debug)]
 pub struct Producer {
-    id: ConversationId,
-    writer: TapeWriter,
+    tape: Arc<Tape>,
+    /// `None` once the session has completed.
+    writer: Option<TapeWriter>,
     limits: Limits,
     progress: watch::Receiver<Progress>,
 }
 
 impl Producer {
-    pub(super) fn new(id: ConversationId, writer: TapeWriter, limits: Limits) -> Self {
-        let progress = writer.tape().subscribe();
+    pub(super) fn new(writer: TapeWriter, limits: Limits) -> Self {
+        let tape = writer.tape().clone();
+        let progress = tape.subscribe();
         Self {
-            id,
-            writer,
+            tape,
+            writer: Some(writer),
             limits,
             progress,
         }
@@ -31,32 +36,46 @@ impl Producer {
 
     /// The conversation being recorded.
     pub fn id(&self) -> &ConversationId {
-        &self.id
-    }
-
-    /// The live recording.
-    pub fn tape(&self) -> &Arc<Tape> {
-        self.writer.tape()
+        self.tape.id()
     }
 
     /// Bytes appended so far, committed or not.
     pub fn appended_bytes(&self) -> u64 {
-        self.writer.appended_bytes()
+        self.writer
+            .as_ref()
+            .map_or(self.tape.progress().bytes, TapeWriter::appended_bytes)
+    }
+
+    /// What is committed of the recording now, and its status.
+    pub fn progress(&self) -> Progress {
+        self.tape.progress()
+    }
+
+    /// A receiver that wakes whenever more of the recording is committed, or it ends.
+    pub fn subscribe(&self) -> watch::Receiver<Progress> {
+        self.tape.subscribe()
+    }
+
+    /// Why the recording ended, when there is more to say than its status; fit for clients.
+    pub fn end_message(&self) -> Option<&str> {
+        self.tape.end_message()
     }
 
     /// Checks a later message's id (empty, or the same conversation in any form) and appends
     /// its non-empty content as one chunk. Returns the commit receiver, or `None` for no content.
     ///
     /// Fails with `ConversationIdChanged`, `InvalidConversationId`, `ChunkTooLarge`,
-    /// `RecordingTooLarge`, or `ShuttingDown`. A failed message appends nothing.
+    /// `RecordingTooLarge`, `RecordingEnded` after [`complete`](Self::complete), or
+    /// `ShuttingDown`. A failed message appends nothing.
     pub async fn accept(
         &mut self,
         conversation_id: &[u8],
         content: &str,
     ) -> Result<Option<Committed>> {
+        let id = self.tape.id();
         if !conversation_id.is_empty()
-            && conversation_id != self.id.original()
-            && ConversationId::parse(conversation_id)?.key() != self.id.key()
+            && conversation_id != id.original()
+            && ConversationId::parse(conversation_id)?.key() != id.key()
         {
             return Err(Error::ConversationIdChanged);
         }
@@ -69,14 +88,15 @@ impl Producer {
                 max: self.limits.max_chunk_bytes,
             });
         }
-        let size = self.writer.appended_bytes() + content.len() as u64;
+        let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
+        let size = writer.appended_bytes() + content.len() as u64;
         if size > self.limits.max_recording_bytes {
             return Err(Error::RecordingTooLarge {
                 size,
                 max: self.limits.max_recording_bytes,
             });
         }
-        self.writer.append(content).await.map(Some)
+        writer.append(content).await.map(Some)
     }
 
     /// Waits until the recording ends by another hand (cancel, supersede, idle timeout,
@@ -85,20 +105,26 @@ impl Producer {
         match self.progress.wait_for(|p| !p.status.is_live()).await {
             Ok(progress) => *progress,
             // The sender lives in the tape we hold, so this cannot happen; report it as is.
-            Err(_) => self.writer.tape().progress(),
+            Err(_) => self.tape.progress(),
         }
     }
 
     /// Finishes the recording as `completed` once all its chunks are committed. The returned
     /// progress says how it really ended (it may have been cancelled or superseded first).
-    pub async fn complete(self) -> Result<Progress> {
-        self.writer.finish(Status::Completed, None).await
+    ///
+    /// Fails when the end cannot be committed, or was already asked for.
+    pub async fn complete(&mut self) -> Result<Progress> {
+        let writer = self.writer.take().ok_or(Error::RecordingEnded)?;
+        writer.finish(Status::Completed, None).await
     }
 
     /// Ends the recording as `interrupted` because the producer failed with `reason`.
-    pub async fn interrupt(self, reason: String) {
-        if let Err(err) = self.writer.finish(Status::Interrupted, Some(reason)).await {
-            tracing::warn!(error = %err, "could not record an interrupted recording");
+    pub async fn interrupt(mut self, reason: String) {
+        let Some(writer) = self.writer.take() else {
+            return;
+        };
+        if let Err(err) = writer.finish(Status::Interrupted, Some(reason)).await {
+            tracing::warn!(conversation = %self.tape.id(), error = %err, "could not record an interrupted recording");
         }
     }
 }

@@ -5,9 +5,12 @@ use std::sync::Arc;
 
 use tokio::sync::watch;
 
+use super::registry::Recordings;
+use super::status::{Progress, Status};
+use super::tape::Tape;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Chunk, Progress, Status, Store, Tape};
+use crate::store::Chunk;
 
 /// Largest text sent in one replay message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -15,6 +18,7 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// One message of a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
+    /// The text, whole UTF-8 characters.
     pub text: String,
     /// Byte offset just after `text`.
     pub end_offset: u64,
@@ -33,7 +37,7 @@ enum Source {
 
 /// A reader's position in one recording.
 pub struct Replay {
-    store: Store,
+    recordings: Recordings,
     key: u128,
     generation: u64,
     source: Source,
@@ -48,10 +52,14 @@ pub struct Replay {
 }
 
 impl Replay {
-    pub(super) async fn open(store: Store, id: &ConversationId, offset: u64) -> Result<Replay> {
-        let (source, generation) = Self::find(&store, id).await?;
+    pub(super) async fn open(
+        recordings: Recordings,
+        id: &ConversationId,
+        offset: u64,
+    ) -> Result<Replay> {
+        let (source, generation) = Self::find(&recordings, id).await?;
         let mut replay = Replay {
-            store,
+            recordings,
             key: id.key(),
             generation,
             source,
@@ -78,24 +86,28 @@ impl Replay {
     ///
     /// A tape is registered before its start is committed and unregistered after its end is,
     /// so a stored row that still says `recording` with no tape registered means this lookup
-    /// raced a start or an end: look again. A row left `recording` for good (its failure could
-    /// not be stored) is replayed as `interrupted` rather than waited on forever.
-    async fn find(store: &Store, id: &ConversationId) -> Result<(Source, u64)> {
-        const LOOKUPS: usize = 100;
-        let mut lookups = 0;
+    /// raced a start or an end: look again once the registry changes. A row left `recording`
+    /// for good (its failure could not be stored) is replayed as `interrupted` after
+    /// `RACE_WAIT` rather than waited on forever.
+    async fn find(recordings: &Recordings, id: &ConversationId) -> Result<(Source, u64)> {
+        const RACE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+        let deadline = tokio::time::Instant::now() + RACE_WAIT;
         loop {
-            lookups += 1;
-            if let Some(tape) = store.live(id.key()) {
+            // Enabled before looking, so that a change between the look and the wait wakes it.
+            let changed = recordings.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(tape) = recordings.live(id.key()) {
                 let generation = tape.generation();
                 let progress = tape.subscribe();
                 return Ok((Source::Live { tape, progress }, generation));
             }
-            let meta = store
+            let meta = recordings
+                .store()
                 .meta(id.key())
                 .await?
                 .ok_or_else(|| Error::RecordingNotFound { id: id.to_string() })?;
-            if meta.status.is_live() && lookups < LOOKUPS {
-                tokio::task::yield_now().await;
+            if meta.status.is_live() && tokio::time::timeout_at(deadline, changed).await.is_ok() {
                 continue;
             }
             let status = match meta.status {
@@ -208,16 +220,17 @@ impl Replay {
                 .find(|c| c.offset <= offset)
                 .map_or(0, |c| c.index),
             _ => {
-                self.store
+                self.recordings
+                    .store()
                     .locate(self.key, self.generation, progress.chunks, offset)
                     .await?
             }
         };
         self.next_index = index;
         let chunk = self.read_from(index, 1).await?;
-        let first = chunk
-            .first()
-            .ok_or_else(|| Error::Corrupt("located chunk is missing".into()))?;
+        let first = chunk.first().ok_or_else(|| Error::Corrupt {
+            detail: "located chunk is missing".into(),
+        })?;
         if !first
             .text
             .is_char_boundary((offset - first.offset) as usize)
@@ -242,7 +255,8 @@ impl Replay {
         {
             return Ok(chunks);
         }
-        self.store
+        self.recordings
+            .store()
             .read_chunks(self.key, self.generation, index, max_bytes)
             .await
     }

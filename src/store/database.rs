@@ -112,7 +112,7 @@ impl DbHandle {
     /// the store refuses to grow until there is room again; after any I/O error the file is
     /// reopened (redb repairs it to its last commit), since redb refuses to go on without.
     pub(crate) fn recover(&self, err: &Error) {
-        let disk_full = matches!(err, Error::DiskFull(_));
+        let disk_full = matches!(err.root(), Error::DiskFull { .. });
         if disk_full {
             let mut full = self.lock_full();
             if full.since.is_none() {
@@ -122,7 +122,7 @@ impl DbHandle {
                 full.since = Some(Instant::now());
             }
         }
-        if !disk_full && !matches!(err, Error::Storage(_)) {
+        if !disk_full && !matches!(err.root(), Error::Storage(_)) {
             return;
         }
         if let Err(err) = self.reopen(disk_full) {
@@ -179,6 +179,13 @@ impl DbHandle {
         }
         drop(db);
         self.lock_full().last_try = None;
+    }
+
+    /// Closes the database file, once every read under way has finished; later reads fail.
+    /// Returns whether it was open.
+    pub(crate) fn close(&self) -> bool {
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        db.take().is_some()
     }
 
     fn lock_full(&self) -> std::sync::MutexGuard<'_, Full> {
@@ -267,11 +274,9 @@ fn latched(db: &Database) -> bool {
 }
 
 fn unavailable() -> Error {
-    Error::Storage(
-        "the database is unavailable: it could not be reopened after an I/O error".into(),
-    )
+    Error::DatabaseUnavailable
 }
 
 fn full_error() -> Error {
-    Error::DiskFull("new recordings are refused until space is freed".into())
+    Error::StoreFull
 }

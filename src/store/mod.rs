@@ -1,52 +1,65 @@
-//! The durable store: one redb file, written only by the commit pipeline thread, read from
-//! blocking threads. Keeps the registry of live recordings and their committed high-water marks.
+//! The durable store: one redb file, written only by the commit pipeline's thread, read from
+//! blocking threads. It persists and reads; what a recording *is* (its status, its live
+//! readers, the live limit) belongs to the recorder, which the pipeline tells about each commit
+//! through the [`LiveRecording`] hooks.
 //!
 //! The API is narrow on purpose (start / append / end / read / meta / sweep) so the physical
 //! layout can change without touching callers.
+//!
+//! # Layout
+//! - `schema`: the tables and how their values are encoded; `stored`: one recording's chunks
+//!   as a read transaction sees them; `journal`: the append-ordered journal in front of
+//!   `chunks`, and its in-memory index.
+//! - `live`: the seam to the recorder (chunks, the hooks the pipeline calls).
+//! - `pipeline`: the op types and the batching loop of the commit pipeline; `tables`: the
+//!   transaction layer it applies ops with; `publish`: what happens after a commit, or after
+//!   a failed one.
+//! - `database`: the open file, reopened after I/O errors, and the disk reserve; `recovery`:
+//!   opening a file, checking its schema, and closing off what a crash left live.
 
 mod database;
 mod journal;
-#[cfg(test)]
-mod journal_tests;
+mod live;
+mod pipeline;
+mod publish;
 mod recovery;
 pub mod schema;
 mod stored;
-pub mod sweeper;
-mod tape;
+mod tables;
 #[cfg(test)]
 mod tests;
-mod writer;
 
-use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
+use tokio_util::task::TaskTracker;
 
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
+use crate::recorder::Status;
 use database::DbHandle;
 use journal::JournalIndex;
-pub use schema::{RecordingMeta, Status};
+pub use live::{Admit, Admitted, Chunk, Committed, Live, LiveRecording};
+pub use pipeline::SweepReport;
+use pipeline::{Op, Writer, WriterSettings};
+pub use schema::RecordingMeta;
 use stored::StoredChunks;
-pub use tape::{Chunk, Committed, Progress, Tape, TapeWriter};
-pub use writer::SweepReport;
-use writer::{LiveTapes, Op, Writer, WriterSettings};
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
 const OP_QUEUE_DEPTH: usize = 16 * 1024;
+/// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
+pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 
 /// How a [`Store`] behaves.
 #[derive(Clone)]
 pub struct StoreOptions {
-    /// How long a finished recording is kept before the sweeper deletes it.
+    /// How long a finished recording is kept before the sweeper deletes it. Default 30 minutes.
     pub retention: Duration,
-    /// Most recordings live at once; more starts fail with `TooManyLiveRecordings`.
-    pub max_live: usize,
-    /// Source of timestamps and expiry times.
+    /// Source of timestamps and expiry times. Default the system clock.
     pub clock: Arc<dyn Clock>,
 }
 
@@ -54,7 +67,6 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             retention: Duration::from_secs(30 * 60),
-            max_live: 10_000,
             clock: Arc::new(SystemClock),
         }
     }
@@ -69,10 +81,12 @@ pub struct Store {
 struct Inner {
     db: Arc<DbHandle>,
     ops: mpsc::Sender<Op>,
-    live: LiveTapes,
     journal: Arc<JournalIndex>,
     clock: Arc<dyn Clock>,
     writer: Mutex<Option<JoinHandle<()>>>,
+    /// Owns the ends queued from contexts that cannot wait (a dropped producer's handle);
+    /// [`Store::close`] waits for them.
+    background: TaskTracker,
 }
 
 impl std::fmt::Debug for Store {
@@ -91,31 +105,25 @@ impl Store {
         let retention_ms = options.retention.as_millis() as u64;
         let db = recovery::open(path, options.clock.now_ms(), retention_ms)?;
         let db = Arc::new(DbHandle::new(path, db)?);
-        let live: LiveTapes = Arc::new(Mutex::new(HashMap::new()));
         let journal = Arc::new(JournalIndex::default());
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
-        let writer = Writer::new(
-            db.clone(),
-            live.clone(),
-            journal.clone(),
-            WriterSettings {
-                retention_ms,
-                max_live: options.max_live,
-                clock: options.clock.clone(),
-            },
-        );
+        let settings = WriterSettings {
+            retention_ms,
+            clock: options.clock.clone(),
+        };
+        let writer = Writer::new(db.clone(), journal.clone(), settings);
         let handle = std::thread::Builder::new()
             .name("tapedeck-writer".into())
             .spawn(move || writer.run(receiver))
-            .map_err(|e| Error::Storage(format!("cannot start the writer thread: {e}")))?;
+            .map_err(Error::WriterThread)?;
         Ok(Store {
             inner: Arc::new(Inner {
                 db,
                 ops,
-                live,
                 journal,
                 clock: options.clock,
                 writer: Mutex::new(Some(handle)),
+                background: TaskTracker::new(),
             }),
         })
     }
@@ -126,51 +134,49 @@ impl Store {
     }
 
     /// Starts a new recording of `id`, replacing (and deleting, in the same commit) whatever
-    /// the conversation held before; a live predecessor ends as `Superseded`. Returns once the
-    /// start is committed.
+    /// the conversation held before. `admit` decides, in queue order, whether it goes ahead and
+    /// registers it; a live recording it replaces is told it was superseded after the commit.
+    /// Returns once the start is committed.
     ///
-    /// Fails with `TooManyLiveRecordings` at the live limit, or a storage error.
-    pub async fn start(&self, id: &ConversationId) -> Result<TapeWriter> {
+    /// Fails with `admit`'s refusal, `ShuttingDown`, or a storage error.
+    pub async fn start(&self, id: &ConversationId, admit: Admit) -> Result<()> {
         let (done, answer) = oneshot::channel();
-        self.submit(Op::Start {
-            id: id.clone(),
-            done,
-        })
-        .await?;
-        let tape = answer.await.map_err(|_| Error::ShuttingDown)??;
-        Ok(TapeWriter::new(self.clone(), tape))
+        let id = id.clone();
+        self.submit(Op::Start { id, admit, done }).await?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    pub(crate) async fn append(&self, tape: Arc<Tape>, chunk: Chunk) -> Result<Committed> {
+    /// Queues `chunk` for `live`. The receiver resolves after the commit that holds it.
+    ///
+    /// Fails with `ShuttingDown` when the store is closed.
+    pub async fn append(&self, live: Live, chunk: Chunk) -> Result<Committed> {
         let (done, committed) = oneshot::channel();
-        self.submit(Op::Append { tape, chunk, done }).await?;
+        self.submit(Op::Append { live, chunk, done }).await?;
         Ok(committed)
     }
 
     /// Ends a live recording with `status` once everything queued before is committed.
     /// Returns `false` if it had already ended (the first end wins).
-    pub async fn end(
-        &self,
-        tape: &Arc<Tape>,
-        status: Status,
-        message: Option<String>,
-    ) -> Result<bool> {
+    ///
+    /// Fails with `ShuttingDown` when the store is closed, or a storage error.
+    pub async fn end(&self, live: Live, status: Status, message: Option<String>) -> Result<bool> {
         let (done, answer) = oneshot::channel();
-        self.submit(Op::Finish {
-            tape: tape.clone(),
+        let op = Op::Finish {
+            live,
             status,
             message,
             done,
-        })
-        .await?;
+        };
+        self.submit(op).await?;
         answer.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Ends a recording from a context that cannot wait (a `Drop`).
-    pub(crate) fn end_in_background(&self, tape: Arc<Tape>, status: Status, message: String) {
+    /// Ends a recording from a context that cannot wait (a `Drop`). When the queue is full,
+    /// the op is handed to a task the store owns and [`close`](Self::close) waits for.
+    pub fn end_in_background(&self, live: Live, status: Status, message: String) {
         let (done, _) = oneshot::channel();
         let op = Op::Finish {
-            tape,
+            live,
             status,
             message: Some(message),
             done,
@@ -180,7 +186,8 @@ impl Store {
             Err(mpsc::error::TrySendError::Full(op)) => {
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
                     let ops = self.inner.ops.clone();
-                    runtime.spawn(async move { ops.send(op).await });
+                    let send = async move { ops.send(op).await };
+                    runtime.spawn(self.inner.background.track_future(send));
                 }
             }
             // The store is closed; recovery on the next open ends the recording instead.
@@ -190,10 +197,28 @@ impl Store {
 
     /// Deletes recordings whose retention has passed, in one commit of at most `max_chunks`
     /// deleted chunks; `more` in the report says whether expired data is left.
+    ///
+    /// Fails with `ShuttingDown` when the store is closed, or a storage error.
     pub async fn sweep_expired(&self, max_chunks: u64) -> Result<SweepReport> {
         let (done, answer) = oneshot::channel();
         self.submit(Op::Sweep { max_chunks, done }).await?;
         answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Deletes every recording whose retention has passed, in commits of at most
+    /// [`MAX_CHUNKS_PER_SWEEP_COMMIT`] chunks. Returns the totals.
+    ///
+    /// Fails as [`sweep_expired`](Self::sweep_expired) does.
+    pub async fn collect_expired(&self) -> Result<SweepReport> {
+        let mut total = SweepReport::default();
+        loop {
+            let report = self.sweep_expired(MAX_CHUNKS_PER_SWEEP_COMMIT).await?;
+            total.recordings_deleted += report.recordings_deleted;
+            total.chunks_deleted += report.chunks_deleted;
+            if !report.more {
+                return Ok(total);
+            }
+        }
     }
 
     async fn submit(&self, op: Op) -> Result<()> {
@@ -204,23 +229,11 @@ impl Store {
             .map_err(|_| Error::ShuttingDown)
     }
 
-    /// The live recording of conversation `key`, if it has one.
-    pub fn live(&self, key: u128) -> Option<Arc<Tape>> {
-        self.live_tapes_lock().get(&key).cloned()
-    }
-
-    /// Every live recording.
-    pub fn live_tapes(&self) -> Vec<Arc<Tape>> {
-        self.live_tapes_lock().values().cloned().collect()
-    }
-
-    fn live_tapes_lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Arc<Tape>>> {
-        self.inner.live.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
     /// The stored meta of conversation `key`'s latest recording. For a live one, the chunk
     /// count and byte length are what is committed now (the row itself holds them only once
     /// the recording has ended).
+    ///
+    /// Fails with a storage error.
     pub async fn meta(&self, key: u128) -> Result<Option<RecordingMeta>> {
         let journal = self.inner.journal.last(key);
         self.read(move |txn| {
@@ -265,6 +278,8 @@ impl Store {
     /// The index of the chunk holding byte `offset` among the first `chunk_count` chunks of
     /// recording `generation` of `key`, by binary search over chunk start offsets (never a scan
     /// from the start). `offset` must be below the committed length.
+    ///
+    /// Fails as [`read_chunks`](Self::read_chunks) does.
     pub async fn locate(
         &self,
         key: u128,
@@ -301,12 +316,16 @@ impl Store {
         let db = self.inner.db.clone();
         tokio::task::spawn_blocking(move || db.read(read))
             .await
-            .map_err(|e| Error::Storage(format!("read task failed: {e}")))?
+            .map_err(Error::ReadTask)?
     }
 
-    /// Stops the commit pipeline after it has committed everything queued, and waits for it.
-    /// Recordings still live stay `recording` in the file and are interrupted on the next open.
+    /// Stops the commit pipeline after it has committed everything queued (the ends queued
+    /// in the background included), waits for it, and closes the database file; reads still
+    /// under way finish first, later ones fail. Recordings still live stay `recording` in the
+    /// file and are interrupted on the next open.
     pub async fn close(self) {
+        self.inner.background.close();
+        self.inner.background.wait().await;
         let handle = self
             .inner
             .writer
@@ -314,9 +333,13 @@ impl Store {
             .unwrap_or_else(|e| e.into_inner())
             .take();
         let _ = self.inner.ops.send(Op::Close).await;
-        drop(self);
         if let Some(handle) = handle {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+        let db = self.inner.db.clone();
+        let closed = tokio::task::spawn_blocking(move || db.close()).await;
+        if matches!(closed, Ok(true)) {
+            tracing::info!("database closed");
         }
     }
 }

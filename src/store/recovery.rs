@@ -8,10 +8,11 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 use super::journal::{self, JournalView};
 use super::schema::{
     CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY,
-    SCHEMA_VERSION_WITHOUT_JOURNAL, Status, decode_meta, encode_meta,
+    SCHEMA_VERSION_WITHOUT_JOURNAL, decode_meta, encode_meta,
 };
 use super::stored::StoredChunks;
 use crate::error::{Error, Result};
+use crate::recorder::Status;
 
 /// Opens (or creates) the database at `path`, repairing it after a crash, folds the journal
 /// into `chunks`, and marks every recording still `recording` as `interrupted` (its producer
@@ -30,14 +31,7 @@ pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Databa
     });
     let (db, interrupted) = match opened {
         Ok(result) => result.map_err(|err| damaged(path, err))?,
-        Err(panic) => {
-            return Err(Error::OpenDatabase {
-                path: path.to_path_buf(),
-                source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(format!(
-                    "redb could not read it ({panic})"
-                ))),
-            });
-        }
+        Err(panic) => return Err(unreadable(path, panic)),
     };
     if interrupted > 0 {
         tracing::warn!(
@@ -53,25 +47,27 @@ pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Databa
 ///
 /// Fails as opening it at start-up does.
 pub(crate) fn reopen(path: &Path) -> Result<Database> {
-    match quietly_catch_panic(|| create(path)) {
-        Ok(result) => result,
-        Err(panic) => Err(Error::OpenDatabase {
+    quietly_catch_panic(|| create(path)).unwrap_or_else(|panic| Err(unreadable(path, panic)))
+}
+
+/// A storage error met while recovering a file that did open is a damaged file too; other
+/// errors (a schema version, a full disk) say so themselves.
+fn damaged(path: &Path, err: Error) -> Error {
+    if err.is_storage() {
+        Error::DamagedDatabase {
             path: path.to_path_buf(),
-            source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(format!(
-                "redb could not read it ({panic})"
-            ))),
-        }),
+            source: Box::new(err),
+        }
+    } else {
+        err
     }
 }
 
-/// A storage error met while recovering a file that did open is a damaged file too.
-fn damaged(path: &Path, err: Error) -> Error {
-    match err {
-        Error::Storage(message) | Error::Corrupt(message) => Error::OpenDatabase {
-            path: path.to_path_buf(),
-            source: redb::DatabaseError::Storage(redb::StorageError::Corrupted(message)),
-        },
-        other => other,
+/// redb panicked on the file: it cannot make sense of it.
+fn unreadable(path: &Path, panic: String) -> Error {
+    Error::UnreadableDatabase {
+        path: path.to_path_buf(),
+        panic,
     }
 }
 

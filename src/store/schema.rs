@@ -5,6 +5,8 @@ use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
+use crate::id::ConversationId;
+use crate::recorder::Status;
 
 /// Version of the layout below; a file with another version is refused on open.
 pub const SCHEMA_VERSION: u64 = 2;
@@ -30,55 +32,22 @@ pub(crate) const META: TableDefinition<&str, u64> = TableDefinition::new("meta")
 
 pub(crate) const SCHEMA_VERSION_KEY: &str = "schema_version";
 
-/// Where a recording is in its life.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub enum Status {
-    /// A producer is appending to it.
-    Recording,
-    /// The producer finished it.
-    Completed,
-    /// Someone cancelled it.
-    Cancelled,
-    /// Its producer vanished: stream error, idle timeout, shutdown or crash.
-    Interrupted,
-    /// Storing it failed.
-    Failed,
-    /// Replaced by a newer recording of the same conversation and deleted. Never stored: only
-    /// the readers and producer of the replaced recording see it.
-    Superseded,
-}
-
-impl Status {
-    /// The lower-case name used in logs and in the `tapedeck-status` trailer.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Status::Recording => "recording",
-            Status::Completed => "completed",
-            Status::Cancelled => "cancelled",
-            Status::Interrupted => "interrupted",
-            Status::Failed => "failed",
-            Status::Superseded => "superseded",
-        }
-    }
-
-    /// Whether the recording can still grow.
-    pub fn is_live(self) -> bool {
-        self == Status::Recording
-    }
-}
-
 /// The `recordings` row of a conversation's latest recording.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct RecordingMeta {
     /// The conversation id exactly as the producer sent it.
     pub original_id: Vec<u8>,
+    /// Where the recording is in its life.
     pub status: Status,
+    /// When it started, in ms since the epoch.
     pub created_ms: u64,
     /// When the row was last written: its start, or its end.
     pub updated_ms: u64,
+    /// When it ended, in ms since the epoch.
     pub finished_ms: Option<u64>,
     /// When the sweeper may delete it; set when it finishes.
     pub expires_at_ms: Option<u64>,
+    /// Its number of chunks (written when it ends).
     pub chunk_count: u64,
     /// Total UTF-8 length of its chunks.
     pub byte_len: u64,
@@ -89,15 +58,40 @@ pub struct RecordingMeta {
     pub generation: u64,
 }
 
+impl RecordingMeta {
+    /// The row of a recording of `id` starting now, at `now_ms`.
+    pub(crate) fn started(id: &ConversationId, generation: u64, now_ms: u64) -> Self {
+        Self {
+            original_id: id.original().to_vec(),
+            status: Status::Recording,
+            created_ms: now_ms,
+            updated_ms: now_ms,
+            finished_ms: None,
+            expires_at_ms: None,
+            chunk_count: 0,
+            byte_len: 0,
+            error: None,
+            generation,
+        }
+    }
+}
+
 pub(crate) fn encode_meta(meta: &RecordingMeta) -> Result<Vec<u8>> {
-    bincode::serde::encode_to_vec(meta, bincode::config::standard())
-        .map_err(|e| Error::Corrupt(format!("encoding recording meta: {e}")))
+    bincode::serde::encode_to_vec(meta, bincode::config::standard()).map_err(|source| {
+        Error::Encode {
+            what: "a recordings row",
+            source,
+        }
+    })
 }
 
 pub(crate) fn decode_meta(bytes: &[u8]) -> Result<RecordingMeta> {
     bincode::serde::decode_from_slice(bytes, bincode::config::standard())
         .map(|(meta, _)| meta)
-        .map_err(|e| Error::Corrupt(format!("decoding recording meta: {e}")))
+        .map_err(|source| Error::Decode {
+            what: "recordings row",
+            source,
+        })
 }
 
 /// Encodes a chunk value into `value`, replacing what it held.
@@ -122,9 +116,9 @@ pub(crate) fn encode_journal_into(value: &mut Vec<u8>, key: u128, index: u64, ch
 /// The conversation and chunk index of a journal value, and the chunk value it carries.
 pub(crate) fn decode_journal(value: &[u8]) -> Result<(u128, u64, &[u8])> {
     if value.len() < JOURNAL_HEAD {
-        return Err(Error::Corrupt(
-            "journal entry shorter than its header".into(),
-        ));
+        return Err(Error::Corrupt {
+            detail: "a journal entry is shorter than its header".into(),
+        });
     }
     let (key, rest) = value.split_at(16);
     let (index, chunk) = rest.split_at(8);
@@ -138,14 +132,17 @@ pub(crate) fn chunk_offset(value: &[u8]) -> Result<u64> {
     let head: [u8; 8] = value
         .get(..8)
         .and_then(|h| h.try_into().ok())
-        .ok_or_else(|| Error::Corrupt("chunk shorter than its offset header".into()))?;
+        .ok_or_else(|| Error::Corrupt {
+            detail: "a chunk is shorter than its offset header".into(),
+        })?;
     Ok(u64::from_le_bytes(head))
 }
 
 /// The start offset and text of a stored chunk.
 pub(crate) fn decode_chunk(value: &[u8]) -> Result<(u64, &str)> {
     let offset = chunk_offset(value)?;
-    let text = std::str::from_utf8(&value[8..])
-        .map_err(|_| Error::Corrupt("chunk text is not UTF-8".into()))?;
+    let text = std::str::from_utf8(&value[8..]).map_err(|_| Error::Corrupt {
+        detail: "a chunk's text is not UTF-8".into(),
+    })?;
     Ok((offset, text))
 }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
+use super::live::Chunk;
 use super::schema::{self, CHUNKS, JOURNAL};
-use super::tape::Chunk;
 use crate::error::{Error, Result};
 
 pub(crate) struct StoredChunks {
@@ -105,11 +105,13 @@ impl StoredChunks {
         };
         let (key, stored_index, chunk) = schema::decode_journal(value.value())?;
         if (key, stored_index) != (self.key, index) {
-            return Err(Error::Corrupt(format!(
-                "journal entry {seq} holds chunk {stored_index} of {key:032x}, \
+            return Err(Error::Corrupt {
+                detail: format!(
+                    "journal entry {seq} holds chunk {stored_index} of {key:032x}, \
                  expected chunk {index} of {:032x}",
-                self.key
-            )));
+                    self.key
+                ),
+            });
         }
         Ok(Some(chunk.to_vec()))
     }

@@ -1,23 +1,23 @@
 //! The sweeper: on a fixed schedule, whatever the traffic, ends live recordings that have been
-//! idle too long and deletes recordings whose retention has passed, in bounded commits.
+//! idle too long and has the store collect recordings whose retention has passed.
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::{Status, Store, SweepReport};
+use super::registry::Recordings;
+use super::status::Status;
 use crate::error::Result;
+use crate::store::SweepReport;
 
-/// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
-pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
-
-/// Runs [`sweep_once`] every `interval` until `shutdown` is cancelled.
+/// Runs [`sweep_once`] every `interval` (at least a millisecond) until `shutdown` is cancelled.
 pub async fn run(
-    store: Store,
+    recordings: Recordings,
     interval: Duration,
     idle_timeout: Duration,
     shutdown: CancellationToken,
 ) {
-    let mut ticker = tokio::time::interval(interval);
+    // tokio's interval panics on zero; the command line refuses it, a library caller may not.
+    let mut ticker = tokio::time::interval(interval.max(Duration::from_millis(1)));
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     // The first tick is immediate: it collects what expired while the server was down.
     loop {
@@ -25,7 +25,7 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        match sweep_once(&store, idle_timeout).await {
+        match sweep_once(&recordings, idle_timeout).await {
             Ok(report) if report.recordings_deleted > 0 => tracing::info!(
                 recordings = report.recordings_deleted,
                 chunks = report.chunks_deleted,
@@ -38,26 +38,23 @@ pub async fn run(
 }
 
 /// Ends recordings with no token for `idle_timeout` as `interrupted`, then deletes every
-/// recording whose retention has passed, in commits of at most
-/// [`MAX_CHUNKS_PER_SWEEP_COMMIT`] chunks. Returns the totals.
-pub async fn sweep_once(store: &Store, idle_timeout: Duration) -> Result<SweepReport> {
+/// recording whose retention has passed, in bounded commits. Returns the totals.
+///
+/// Fails when a commit fails.
+pub async fn sweep_once(recordings: &Recordings, idle_timeout: Duration) -> Result<SweepReport> {
+    let store = recordings.store();
     let now = store.clock().now_ms();
     let idle_ms = idle_timeout.as_millis() as u64;
-    for tape in store.live_tapes() {
+    for tape in recordings.live_tapes() {
         if now.saturating_sub(tape.last_activity_ms()) >= idle_ms {
             let message = format!("no token for {}s (idle timeout)", idle_timeout.as_secs());
-            if store.end(&tape, Status::Interrupted, Some(message)).await? {
-                tracing::info!(conversation = %uuid::Uuid::from_u128(tape.key()), "ended idle recording");
+            if recordings
+                .end(&tape, Status::Interrupted, Some(message))
+                .await?
+            {
+                tracing::info!(conversation = %tape.id(), "ended idle recording");
             }
         }
     }
-    let mut total = SweepReport::default();
-    loop {
-        let report = store.sweep_expired(MAX_CHUNKS_PER_SWEEP_COMMIT).await?;
-        total.recordings_deleted += report.recordings_deleted;
-        total.chunks_deleted += report.chunks_deleted;
-        if !report.more {
-            return Ok(total);
-        }
-    }
+    store.collect_expired().await
 }

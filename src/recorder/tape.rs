@@ -1,37 +1,23 @@
 //! A live recording in memory: its committed high-water mark (a `watch` that readers wait on),
 //! the most recent committed chunks (so live readers rarely touch the disk), and the producer's
-//! handle that appends to it.
+//! handle that appends to it. The commit pipeline moves it on through [`LiveRecording`].
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+use std::time::Instant;
 
-use tokio::sync::{oneshot, watch};
+use tokio::sync::watch;
 
-use super::Store;
-use super::schema::Status;
-use crate::error::Result;
+use super::registry::Registry;
+use super::status::{Progress, Status};
+use crate::error::{Error, Result};
+use crate::id::ConversationId;
+use crate::store::{Chunk, Committed, LiveRecording, Store};
 
 /// Recent chunks kept in memory per live recording; older ones are read from the store.
 const TAIL_MAX_CHUNKS: usize = 512;
 /// Bytes of recent chunks kept in memory per live recording (the newest chunk is always kept).
 const TAIL_MAX_BYTES: usize = 64 * 1024;
-
-/// One committed piece of a recording.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Chunk {
-    /// Position in the recording, from 0.
-    pub index: u64,
-    /// UTF-8 byte offset of the chunk's first byte in the recording.
-    pub offset: u64,
-    pub text: Arc<str>,
-}
-
-impl Chunk {
-    /// Byte offset just after this chunk.
-    pub fn end(&self) -> u64 {
-        self.offset + self.text.len() as u64
-    }
-}
 
 /// The most recent committed chunks of a live recording, and their total text length.
 #[derive(Debug, Default)]
@@ -40,45 +26,40 @@ struct Tail {
     bytes: usize,
 }
 
-/// What is committed of a recording, and whether it has ended.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Progress {
-    /// Number of committed chunks.
-    pub chunks: u64,
-    /// Committed UTF-8 length.
-    pub bytes: u64,
-    /// `Recording` while live; otherwise how it ended.
-    pub status: Status,
-}
-
 /// A live recording, shared by its producer, its readers and the commit pipeline. Only the
-/// writer thread changes its committed state.
+/// pipeline's thread changes its committed state.
 #[derive(Debug)]
 pub struct Tape {
-    key: u128,
-    original_id: Vec<u8>,
+    id: ConversationId,
     generation: u64,
     progress: watch::Sender<Progress>,
     tail: Mutex<Tail>,
     last_activity_ms: AtomicU64,
-    /// Set by the writer when it accepts the op that ends the tape; later ops are refused.
+    /// Set by the pipeline when it accepts the op that ends the tape; later ops are refused.
     closed: AtomicBool,
     /// Why the tape ended, when there is more to say than its status.
     end_message: OnceLock<String>,
     /// `true` while a producer holds its `TapeWriter`.
     producer_attached: watch::Sender<bool>,
+    /// The registry it is listed in while live; it leaves it when its end is published.
+    registry: Weak<Registry>,
+    started: Instant,
 }
 
 impl Tape {
-    pub(crate) fn new(key: u128, original_id: Vec<u8>, generation: u64, now_ms: u64) -> Self {
+    pub(super) fn new(
+        id: ConversationId,
+        generation: u64,
+        now_ms: u64,
+        registry: Weak<Registry>,
+    ) -> Self {
         let progress = Progress {
             chunks: 0,
             bytes: 0,
             status: Status::Recording,
         };
         Self {
-            key,
-            original_id,
+            id,
             generation,
             progress: watch::Sender::new(progress),
             tail: Mutex::new(Tail::default()),
@@ -86,17 +67,19 @@ impl Tape {
             closed: AtomicBool::new(false),
             end_message: OnceLock::new(),
             producer_attached: watch::Sender::new(true),
+            registry,
+            started: Instant::now(),
         }
+    }
+
+    /// The conversation, as its producer named it.
+    pub fn id(&self) -> &ConversationId {
+        &self.id
     }
 
     /// The conversation's storage key.
     pub fn key(&self) -> u128 {
-        self.key
-    }
-
-    /// The conversation id as its producer sent it.
-    pub fn original_id(&self) -> &[u8] {
-        &self.original_id
+        self.id.key()
     }
 
     /// Which of the conversation's recordings this is.
@@ -114,7 +97,8 @@ impl Tape {
         self.progress.subscribe()
     }
 
-    /// Why the recording ended, if it has and there is a reason to give.
+    /// Why the recording ended, if it has and there is a reason to give. The text is fit for
+    /// clients: internal detail goes to the log only.
     pub fn end_message(&self) -> Option<&str> {
         self.end_message.get().map(String::as_str)
     }
@@ -144,24 +128,42 @@ impl Tape {
             None => (index >= self.progress().chunks).then(Vec::new),
         }
     }
+}
 
-    // The methods below are called by the writer thread only.
-
-    pub(crate) fn is_closed(&self) -> bool {
-        self.closed.load(Ordering::Acquire)
+impl LiveRecording for Tape {
+    fn key(&self) -> u128 {
+        self.id.key()
     }
 
-    /// Marks the tape as accepting no more ops; false if it already was.
-    pub(crate) fn close(&self) -> bool {
+    fn generation(&self) -> u64 {
+        self.generation
+    }
+
+    fn close(&self) -> bool {
         !self.closed.swap(true, Ordering::AcqRel)
     }
 
-    pub(crate) fn touch(&self, now_ms: u64) {
+    fn is_closed(&self) -> bool {
+        self.closed.load(Ordering::Acquire)
+    }
+
+    fn ended_error(&self) -> Error {
+        match self.progress().status {
+            Status::Superseded => Error::Superseded,
+            _ => Error::RecordingEnded,
+        }
+    }
+
+    fn touch(&self, now_ms: u64) {
         self.last_activity_ms.store(now_ms, Ordering::Relaxed);
     }
 
-    /// Publishes newly committed chunks to the tail and to every waiting reader.
-    pub(crate) fn publish_chunks(&self, chunks: Vec<Chunk>) {
+    fn committed(&self) -> (u64, u64) {
+        let progress = self.progress();
+        (progress.chunks, progress.bytes)
+    }
+
+    fn publish_chunks(&self, chunks: Vec<Chunk>) {
         let Some(last) = chunks.last() else { return };
         let (count, bytes) = (last.index + 1, last.end());
         {
@@ -185,17 +187,26 @@ impl Tape {
         });
     }
 
-    /// Publishes the end of the recording to every waiting reader and its producer.
-    pub(crate) fn publish_end(&self, status: Status, message: Option<String>) {
+    fn publish_end(&self, status: Status, message: Option<String>) {
+        // Out of the registry first: a reader that finds no live tape reads the stored end.
+        if let Some(registry) = self.registry.upgrade() {
+            registry.unregister(self);
+        }
         if let Some(message) = message {
             let _ = self.end_message.set(message);
         }
         self.progress.send_modify(|p| p.status = status);
+        let progress = self.progress();
+        tracing::info!(
+            conversation = %self.id,
+            status = %status,
+            chunks = progress.chunks,
+            bytes = progress.bytes,
+            duration_ms = self.started.elapsed().as_millis() as u64,
+            "recording ended"
+        );
     }
 }
-
-/// Resolves once an appended chunk is committed, with the recording's committed length.
-pub type Committed = oneshot::Receiver<Result<u64>>;
 
 /// The producer's handle on a live recording: assigns each chunk its index and offset.
 /// Dropping it without [`finish`](Self::finish) ends the recording as `interrupted`.
@@ -209,7 +220,7 @@ pub struct TapeWriter {
 }
 
 impl TapeWriter {
-    pub(crate) fn new(store: Store, tape: Arc<Tape>) -> Self {
+    pub(super) fn new(store: Store, tape: Arc<Tape>) -> Self {
         Self {
             store,
             tape,
@@ -248,9 +259,11 @@ impl TapeWriter {
     /// Ends the recording with `status` once everything appended is committed. Returns the
     /// final progress; its status differs from `status` when the recording had already ended
     /// (cancelled, superseded, failed) before this call.
+    ///
+    /// Fails when the end cannot be committed.
     pub async fn finish(mut self, status: Status, message: Option<String>) -> Result<Progress> {
         self.finished = true;
-        self.store.end(&self.tape, status, message).await?;
+        self.store.end(self.tape.clone(), status, message).await?;
         Ok(self.tape.progress())
     }
 }

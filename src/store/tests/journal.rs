@@ -6,20 +6,20 @@ use std::sync::Arc;
 
 use redb::ReadableTableMetadata;
 
-use super::journal::DIRECT_CHUNK_BYTES;
-use super::schema;
-use super::stored::StoredChunks;
-use super::tests::{acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
-use super::{Status, Store};
+use super::super::journal::DIRECT_CHUNK_BYTES;
+use super::super::schema;
+use super::super::stored::StoredChunks;
+use super::{TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
+use crate::recorder::Status;
 
 /// Entries in the journal, all recordings together.
-fn journal_entries(store: &Store) -> u64 {
+fn journal_entries(store: &TestStore) -> u64 {
     let txn = store.inner.db.begin_read().unwrap();
     txn.open_table(schema::JOURNAL).unwrap().len().unwrap()
 }
 
 /// Chunks of `key` in `chunks` (folded, or written there directly).
-fn folded_chunks(store: &Store, key: u128) -> usize {
+fn folded_chunks(store: &TestStore, key: u128) -> usize {
     let txn = store.inner.db.begin_read().unwrap();
     let chunks = txn.open_table(schema::CHUNKS).unwrap();
     chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count()
@@ -246,10 +246,10 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
 #[tokio::test]
 async fn a_schema_1_file_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
-    let clock = crate::clock::ManualClock::new(super::tests::T0);
+    let clock = crate::clock::ManualClock::new(super::T0);
     let key = id("old").key();
     {
-        let db = redb::Database::create(super::tests::db_path(&dir)).unwrap();
+        let db = redb::Database::create(super::db_path(&dir)).unwrap();
         let txn = db.begin_write().unwrap();
         {
             let mut meta = txn.open_table(schema::META).unwrap();
@@ -265,8 +265,8 @@ async fn a_schema_1_file_is_upgraded_in_place() {
             let row = schema::RecordingMeta {
                 original_id: b"old".to_vec(),
                 status: Status::Recording,
-                created_ms: super::tests::T0,
-                updated_ms: super::tests::T0,
+                created_ms: super::T0,
+                updated_ms: super::T0,
                 finished_ms: None,
                 expires_at_ms: None,
                 chunk_count: 2,
@@ -290,7 +290,7 @@ async fn a_schema_1_file_is_upgraded_in_place() {
         ["left ", "live"]
     );
     store.close().await;
-    let db = redb::Database::open(super::tests::db_path(&dir)).unwrap();
+    let db = redb::Database::open(super::db_path(&dir)).unwrap();
     let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
     let meta = txn.open_table(schema::META).unwrap();
     let version = meta

@@ -1,0 +1,93 @@
+//! Assembly of the gRPC face: both Memory Service services, health and reflection, over one
+//! recorder, sharing the server's task owner and shutdown signal.
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tonic::service::Routes;
+use tonic_health::ServingStatus;
+use tonic_health::server::HealthReporter;
+
+use super::{RecorderService, ResumerService};
+use crate::error::{Error, Result};
+use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
+use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
+use crate::recorder::Recorder;
+
+/// Headroom for the rest of a request message around its largest allowed chunk.
+const MESSAGE_OVERHEAD_BYTES: usize = 64 * 1024;
+/// tonic's own default message limit; kept as the floor so a slightly oversized chunk gets
+/// tapedeck's clear `ChunkTooLarge` message rather than a decoder error.
+const MIN_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+/// What the gRPC services share with the server around them.
+#[derive(Clone, Debug, Default)]
+pub struct Lifecycle {
+    /// Owns the tasks the services spawn; the server waits for them at shutdown.
+    pub tasks: TaskTracker,
+    /// Cancelled once shutdown has ended every live recording: calls still waiting for a first
+    /// message give up.
+    pub stop: CancellationToken,
+}
+
+/// The gRPC health service's switch.
+#[derive(Clone)]
+pub struct Health {
+    reporter: HealthReporter,
+}
+
+impl Health {
+    /// Reports every service as NOT_SERVING: load balancers stop sending new calls.
+    pub async fn shutting_down(&self) {
+        let reporter = &self.reporter;
+        reporter
+            .set_service_status("", ServingStatus::NotServing)
+            .await;
+        reporter
+            .set_not_serving::<ResponseRecorderServiceServer<RecorderService>>()
+            .await;
+        reporter
+            .set_not_serving::<ResponseResumerServiceServer<ResumerService>>()
+            .await;
+    }
+}
+
+/// The gRPC services over `recorder`: the current and the legacy Memory Service APIs, health
+/// (everything SERVING) and reflection (v1 and v1alpha). Requests may carry a chunk of up to
+/// `max_chunk_bytes`.
+///
+/// Fails with `Reflection` when the reflection service cannot be built.
+pub async fn routes(
+    recorder: &Recorder,
+    max_chunk_bytes: usize,
+    lifecycle: &Lifecycle,
+) -> Result<(Routes, Health)> {
+    let max_message = max_chunk_bytes
+        .saturating_add(MESSAGE_OVERHEAD_BYTES)
+        .max(MIN_MESSAGE_BYTES);
+    let (reporter, health_service) = tonic_health::server::health_reporter();
+    reporter
+        .set_serving::<ResponseRecorderServiceServer<RecorderService>>()
+        .await;
+    reporter
+        .set_serving::<ResponseResumerServiceServer<ResumerService>>()
+        .await;
+    // Both reflection versions: grpcurl and other tools differ in which one they ask for.
+    let reflection = || {
+        tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+            .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+    };
+    let reflection_v1 = reflection().build_v1().map_err(Error::Reflection)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::Reflection)?;
+    let current = RecorderService::new(recorder.clone(), lifecycle.clone());
+    let legacy = ResumerService::new(recorder.clone(), lifecycle.clone());
+    let routes = Routes::new(health_service)
+        .add_service(reflection_v1)
+        .add_service(reflection_v1alpha)
+        .add_service(
+            ResponseRecorderServiceServer::new(current).max_decoding_message_size(max_message),
+        )
+        .add_service(
+            ResponseResumerServiceServer::new(legacy).max_decoding_message_size(max_message),
+        );
+    Ok((routes, Health { reporter }))
+}

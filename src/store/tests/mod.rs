@@ -1,0 +1,206 @@
+//! Store tests against real redb files in temporary directories, with the recorder's live
+//! recordings over the store as the server runs them: round trips, reopening after a clean close
+//! and after a SIGKILL, the sweeper, supersede, limits and refusals, and the journal.
+
+mod journal;
+mod lifecycle;
+mod refusals;
+mod sweeping;
+use std::io::{BufRead, BufReader, Read};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::Arc;
+use std::time::Duration;
+
+use redb::ReadableTable;
+use tempfile::TempDir;
+use tokio::sync::{mpsc, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::pipeline::{Op, Writer, WriterSettings};
+use super::schema::{self, SCHEMA_VERSION};
+use super::{Chunk, Committed, Store, StoreOptions, SweepReport};
+use crate::clock::{Clock, ManualClock};
+use crate::error::Error;
+use crate::id::ConversationId;
+use crate::recorder::{Progress, Recordings, Status, Tape, TapeWriter, sweeper};
+
+/// Where every test clock starts, in ms since the epoch.
+pub(super) const T0: u64 = 1_700_000_000_000;
+const RETENTION: Duration = Duration::from_secs(10 * 60);
+const IDLE: Duration = Duration::from_secs(60 * 60);
+/// Longest any single event may take before a test gives up.
+const WAIT: Duration = Duration::from_secs(20);
+/// Text of the multibyte round trip: 1-, 2-, 3- and 4-byte UTF-8 characters.
+const MULTIBYTE: [&str; 8] = ["Grüße, ", "世界", "! ", "🦀", "naïve café", " ", "ж", "x"];
+
+/// Set (to a database path) only in the child process of `reopen_after_sigkill_...`.
+const CHILD_DB_ENV: &str = "TAPEDECK_STORE_TEST_CHILD_DB";
+const CHILD_READY: &str = "tapedeck-store-child-ready";
+const CHILD_FINISHED: &str = "finished-before-kill";
+const CHILD_LIVE: &str = "live-at-kill";
+/// The child's live recording holds at least this many acknowledged chunks when it is killed.
+const CHILD_ACKED_BEFORE_KILL: u64 = 20;
+
+pub(super) fn db_path(dir: &TempDir) -> PathBuf {
+    dir.path().join("tapedeck.redb")
+}
+
+/// Live recordings at once in the tests, unless a test says otherwise.
+const MAX_LIVE: usize = 100;
+
+pub(super) fn options(clock: &ManualClock) -> StoreOptions {
+    StoreOptions {
+        retention: RETENTION,
+        clock: Arc::new(clock.clone()),
+    }
+}
+
+/// The store under test, with the recorder's live recordings over it: starts, ends and live
+/// lookups go through them, everything else is the store's own.
+#[derive(Clone, Debug)]
+pub(super) struct TestStore {
+    recordings: Recordings,
+}
+
+impl std::ops::Deref for TestStore {
+    type Target = Store;
+
+    fn deref(&self) -> &Store {
+        self.recordings.store()
+    }
+}
+
+impl TestStore {
+    pub(super) fn new(store: Store, max_live: usize) -> Self {
+        Self {
+            recordings: Recordings::new(store, max_live),
+        }
+    }
+
+    pub(super) fn recordings(&self) -> &Recordings {
+        &self.recordings
+    }
+
+    pub(super) async fn start(&self, id: &ConversationId) -> crate::Result<TapeWriter> {
+        self.recordings.start(id).await
+    }
+
+    pub(super) async fn end(
+        &self,
+        tape: &Arc<Tape>,
+        status: Status,
+        message: Option<String>,
+    ) -> crate::Result<bool> {
+        self.recordings.end(tape, status, message).await
+    }
+
+    pub(super) fn live(&self, key: u128) -> Option<Arc<Tape>> {
+        self.recordings.live(key)
+    }
+
+    pub(super) fn live_tapes(&self) -> Vec<Arc<Tape>> {
+        self.recordings.live_tapes()
+    }
+
+    pub(super) async fn close(self) {
+        self.recordings.store().clone().close().await
+    }
+}
+
+pub(super) fn open(dir: &TempDir, clock: &ManualClock) -> TestStore {
+    open_path(&db_path(dir), options(clock))
+}
+
+pub(super) fn open_path(path: &Path, options: StoreOptions) -> TestStore {
+    TestStore::new(Store::open(path, options).unwrap(), MAX_LIVE)
+}
+
+pub(super) fn fresh() -> (TempDir, ManualClock, TestStore) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = open(&dir, &clock);
+    (dir, clock, store)
+}
+
+pub(super) fn id(name: &str) -> ConversationId {
+    ConversationId::parse(name.as_bytes()).unwrap()
+}
+
+pub(super) fn ms(duration: Duration) -> u64 {
+    duration.as_millis() as u64
+}
+
+/// The committed length an ack reports; panics if it does not come in time.
+pub(super) async fn acked(committed: Committed) -> crate::Result<u64> {
+    tokio::time::timeout(WAIT, committed)
+        .await
+        .expect("the ack came in time")
+        .expect("the writer answered")
+}
+
+/// Appends every text and waits for all of them to be committed; returns the committed length.
+pub(super) async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
+    let mut last = None;
+    for text in texts {
+        last = Some(writer.append(text).await.unwrap());
+    }
+    match last {
+        // Commits are in order: the last ack covers every earlier chunk.
+        Some(committed) => acked(committed).await.unwrap(),
+        None => writer.tape().progress().bytes,
+    }
+}
+
+pub(super) async fn all_chunks(store: &Store, key: u128, generation: u64) -> Vec<Chunk> {
+    store
+        .read_chunks(key, generation, 0, usize::MAX)
+        .await
+        .unwrap()
+}
+
+pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
+    chunks.iter().map(|c| c.text.to_string()).collect()
+}
+
+/// Chunks of `key` in the file, whatever recording they belong to: in `chunks`, in the
+/// journal, or (folded, until the journal's prefix is deleted) in both.
+pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
+    let txn = store.inner.db.begin_read().unwrap();
+    let chunks = txn.open_table(schema::CHUNKS).unwrap();
+    let journal = txn.open_table(schema::JOURNAL).unwrap();
+    let mut indexes: std::collections::BTreeSet<u64> = chunks
+        .range((key, 0)..=(key, u64::MAX))
+        .unwrap()
+        .map(|entry| entry.unwrap().0.value().1)
+        .collect();
+    for entry in journal.iter().unwrap() {
+        let (_, value) = entry.unwrap();
+        let (entry_key, index, _) = schema::decode_journal(value.value()).unwrap();
+        if entry_key == key {
+            indexes.insert(index);
+        }
+    }
+    indexes.len()
+}
+
+/// `expiry` entries of `key` in the file.
+fn expiry_entries(store: &Store, key: u128) -> usize {
+    let txn = store.inner.db.begin_read().unwrap();
+    let expiry = txn.open_table(schema::EXPIRY).unwrap();
+    expiry
+        .iter()
+        .unwrap()
+        .filter(|entry| entry.as_ref().unwrap().0.value().1 == key)
+        .count()
+}
+
+/// Overwrites the `recordings` row of `key` with bytes that do not decode.
+fn corrupt_meta(store: &Store, key: u128) {
+    let txn = store.inner.db.begin_write().unwrap();
+    {
+        let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
+        recordings.insert(key, &[][..]).unwrap();
+    }
+    txn.commit().unwrap();
+}
