@@ -22,7 +22,8 @@ pub mod recorder;
 pub mod server;
 pub mod store;
 
-/// Code generated from `proto/` by `build.rs`.
+/// Code generated from `proto/` by `build.rs`; its docs are the proto file's comments.
+#[allow(missing_docs, unreachable_pub)]
 pub mod pb {
     tonic::include_proto!("memory.v1");
 

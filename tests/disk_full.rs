@@ -98,7 +98,6 @@ async fn fill_up() -> FullDisk {
         StoreOptions {
             retention: RETENTION,
             clock: Arc::new(clock.clone()),
-            ..StoreOptions::default()
         },
     )
     .unwrap();

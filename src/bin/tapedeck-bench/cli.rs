@@ -15,7 +15,7 @@ use crate::workload::{self, LiveWorkload, ReplayWorkload, Scenario};
     name = "tapedeck-bench",
     about = "Same workload against tapedeck, Redis Streams, SQLite and an fsync'd log; prints ratios"
 )]
-pub struct Cli {
+pub(crate) struct Cli {
     /// Scenarios to run, in order: a (200 producers × 50 tok/s, 1 subscriber, 30 s),
     /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings), custom.
     #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c"])]
@@ -77,7 +77,7 @@ pub struct Cli {
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ScenarioKind {
+pub(crate) enum ScenarioKind {
     A,
     B,
     C,
@@ -117,7 +117,7 @@ impl Cli {
         }
     }
 
-    pub fn scenarios(&self) -> Vec<(Scenario, Vec<TargetKind>)> {
+    pub(crate) fn scenarios(&self) -> Vec<(Scenario, Vec<TargetKind>)> {
         use TargetKind::*;
         let all = vec![
             Tapedeck,
@@ -166,7 +166,7 @@ impl Cli {
             .collect()
     }
 
-    pub fn environment(&self) -> Result<Environment> {
+    pub(crate) fn environment(&self) -> Result<Environment> {
         let tapedeck_bin = match &self.tapedeck_bin {
             Some(path) => path.clone(),
             None => std::env::current_exe()

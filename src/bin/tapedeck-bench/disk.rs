@@ -17,13 +17,13 @@ const PROBE_BYTES: usize = 512;
 
 /// Latency of one append + `fdatasync` in a fresh file under `dir`.
 #[derive(Debug, Clone, Serialize)]
-pub struct DiskProbe {
+pub(crate) struct DiskProbe {
     pub fdatasync: Latency,
     /// Syncs per second one writer gets, back to back.
     pub syncs_per_s: f64,
 }
 
-pub fn probe(dir: &Path) -> Result<Option<DiskProbe>> {
+pub(crate) fn probe(dir: &Path) -> Result<Option<DiskProbe>> {
     let dir = crate::targets::temp_dir(dir, "disk-probe-")?;
     let mut file = OpenOptions::new()
         .create(true)

@@ -11,13 +11,13 @@ fn path(pid: Option<u32>, file: &str) -> String {
 
 /// Bytes the process has caused to be sent to the storage layer so far (counted when a page
 /// is dirtied, so rewriting one page after each fsync counts each time).
-pub fn write_bytes(pid: Option<u32>) -> Option<u64> {
+pub(crate) fn write_bytes(pid: Option<u32>) -> Option<u64> {
     let text = std::fs::read_to_string(path(pid, "io")).ok()?;
     field(&text, "write_bytes:")
 }
 
 /// CPU time (user + system) the process has used so far, in seconds.
-pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
+pub(crate) fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
     let text = std::fs::read_to_string(path(pid, "stat")).ok()?;
     // Fields after the command name, which is in parentheses and may hold spaces.
     let rest = &text[text.rfind(')')? + 2..];
@@ -29,7 +29,7 @@ pub fn cpu_seconds(pid: Option<u32>) -> Option<f64> {
 
 /// CPU time every process on the machine has used so far (all but idle and I/O wait), in
 /// seconds summed over cores.
-pub fn machine_busy_seconds() -> Option<f64> {
+pub(crate) fn machine_busy_seconds() -> Option<f64> {
     let text = std::fs::read_to_string("/proc/stat").ok()?;
     let line = text.lines().next()?.strip_prefix("cpu ")?;
     let ticks: Vec<u64> = line
@@ -46,12 +46,12 @@ const CLOCK_TICKS_PER_SECOND: f64 = 100.0;
 
 /// Resident memory now and at its peak, in KiB.
 #[derive(Debug, Clone, Copy)]
-pub struct Memory {
+pub(crate) struct Memory {
     pub rss_kib: u64,
     pub peak_kib: u64,
 }
 
-pub fn memory(pid: Option<u32>) -> Option<Memory> {
+pub(crate) fn memory(pid: Option<u32>) -> Option<Memory> {
     let text = std::fs::read_to_string(path(pid, "status")).ok()?;
     Some(Memory {
         rss_kib: field(&text, "VmRSS:")?,

@@ -9,14 +9,14 @@ use serde::{Deserialize, Serialize};
 const MAX_LATENCY_US: u64 = 120_000_000;
 
 /// A latency histogram in microseconds.
-pub fn histogram() -> Histogram<u64> {
+pub(crate) fn histogram() -> Histogram<u64> {
     // Bounds and precision are constants that hdrhistogram accepts.
     Histogram::new_with_bounds(1, MAX_LATENCY_US, 3).expect("valid histogram bounds")
 }
 
 /// Percentiles of one histogram, in milliseconds.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Latency {
+pub(crate) struct Latency {
     pub samples: u64,
     pub p50_ms: f64,
     pub p99_ms: f64,
@@ -25,7 +25,7 @@ pub struct Latency {
 }
 
 impl Latency {
-    pub fn of(histogram: &Histogram<u64>) -> Option<Latency> {
+    pub(crate) fn of(histogram: &Histogram<u64>) -> Option<Latency> {
         if histogram.is_empty() {
             return None;
         }
@@ -42,7 +42,7 @@ impl Latency {
 
 /// What one target did in one scenario.
 #[derive(Debug, Clone, Serialize, Deserialize)]
-pub struct Outcome {
+pub(crate) struct Outcome {
     pub scenario: String,
     pub target: String,
     /// Whether an ack means the token survives a machine crash.
@@ -169,7 +169,7 @@ fn cell(value: Option<f64>) -> String {
 }
 
 /// The tables of every scenario in `outcomes`, as plain text (GitHub-flavoured Markdown).
-pub fn tables(outcomes: &[Outcome]) -> String {
+pub(crate) fn tables(outcomes: &[Outcome]) -> String {
     let mut out = String::new();
     let mut scenarios: Vec<&str> = outcomes.iter().map(|o| o.scenario.as_str()).collect();
     scenarios.dedup();

@@ -6,11 +6,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 /// Smallest token: 16 hex digits of send time plus 8 of sequence number.
-pub const MIN_TOKEN_BYTES: usize = 24;
+pub(crate) const MIN_TOKEN_BYTES: usize = 24;
 
 /// A live workload: producers record tokens while subscribers follow each recording.
 #[derive(Debug, Clone, Serialize)]
-pub struct LiveWorkload {
+pub(crate) struct LiveWorkload {
     /// Concurrent producers, each recording one response after another.
     pub producers: usize,
     /// Tokens per second per producer (open loop); `None` sends each token as soon as the
@@ -31,7 +31,7 @@ pub struct LiveWorkload {
 
 /// A catch-up workload: completed recordings loaded first, then read back whole.
 #[derive(Debug, Clone, Serialize)]
-pub struct ReplayWorkload {
+pub(crate) struct ReplayWorkload {
     /// Completed recordings to load and replay.
     pub recordings: usize,
     /// Tokens in each recording.
@@ -48,7 +48,7 @@ pub struct ReplayWorkload {
 
 /// One scenario of a run.
 #[derive(Debug, Clone)]
-pub enum Scenario {
+pub(crate) enum Scenario {
     Live {
         name: String,
         workload: LiveWorkload,
@@ -60,7 +60,7 @@ pub enum Scenario {
 }
 
 impl Scenario {
-    pub fn name(&self) -> &str {
+    pub(crate) fn name(&self) -> &str {
         match self {
             Scenario::Live { name, .. } | Scenario::Replay { name, .. } => name,
         }
@@ -68,14 +68,14 @@ impl Scenario {
 }
 
 /// Token size of the standard scenarios: a streamed text delta with its framing.
-pub const STANDARD_TOKEN_BYTES: usize = 32;
+pub(crate) const STANDARD_TOKEN_BYTES: usize = 32;
 /// Tokens per recording in (a) and (b): a typical LLM answer.
-pub const STANDARD_TOKENS_PER_RECORDING: usize = 500;
+pub(crate) const STANDARD_TOKENS_PER_RECORDING: usize = 500;
 /// Client connections in the standard scenarios.
-pub const STANDARD_CONNECTIONS: usize = 32;
+pub(crate) const STANDARD_CONNECTIONS: usize = 32;
 
 /// (a) 200 producers × 50 tokens/s, one live subscriber each, 30 s.
-pub fn standard_live() -> LiveWorkload {
+pub(crate) fn standard_live() -> LiveWorkload {
     LiveWorkload {
         producers: 200,
         rate: Some(50.0),
@@ -88,7 +88,7 @@ pub fn standard_live() -> LiveWorkload {
 }
 
 /// (b) 1,000 producers, closed loop, no subscribers, 30 s.
-pub fn standard_closed() -> LiveWorkload {
+pub(crate) fn standard_closed() -> LiveWorkload {
     LiveWorkload {
         producers: 1000,
         rate: None,
@@ -98,7 +98,7 @@ pub fn standard_closed() -> LiveWorkload {
 }
 
 /// (c) 1,000 completed recordings of 2,000 tokens, replayed whole.
-pub fn standard_replay() -> ReplayWorkload {
+pub(crate) fn standard_replay() -> ReplayWorkload {
     ReplayWorkload {
         recordings: 1000,
         tokens_per_recording: 2000,
@@ -111,14 +111,14 @@ pub fn standard_replay() -> ReplayWorkload {
 
 /// A token sent at `sent_ns` (since the run's clock started) with sequence number `seq` in its
 /// recording, padded to `bytes`. ASCII only, so every byte is a character boundary.
-pub fn encode_token(sent_ns: u64, seq: u32, bytes: usize) -> String {
+pub(crate) fn encode_token(sent_ns: u64, seq: u32, bytes: usize) -> String {
     let mut token = format!("{sent_ns:016x}{seq:08x}");
     token.extend(std::iter::repeat_n('.', bytes.saturating_sub(token.len())));
     token
 }
 
 /// The send time and sequence number at the head of a token.
-pub fn decode_token(token: &[u8]) -> Option<(u64, u32)> {
+pub(crate) fn decode_token(token: &[u8]) -> Option<(u64, u32)> {
     let text = std::str::from_utf8(token.get(..MIN_TOKEN_BYTES)?).ok()?;
     let sent = u64::from_str_radix(&text[..16], 16).ok()?;
     let seq = u32::from_str_radix(&text[16..], 16).ok()?;

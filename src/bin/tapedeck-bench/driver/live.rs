@@ -18,7 +18,7 @@ use crate::targets::{Producer, Subscriber, Target};
 use crate::workload::{LiveWorkload, decode_token, encode_token};
 
 /// Runs a live workload against `target`; `label` is `scenario/target` for progress output.
-pub async fn run_live<T: Target>(
+pub(crate) async fn run_live<T: Target>(
     target: Arc<T>,
     workload: &LiveWorkload,
     scenario: &str,

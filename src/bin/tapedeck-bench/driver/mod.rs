@@ -11,8 +11,8 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 
-pub use live::run_live;
-pub use replay::run_replay;
+pub(crate) use live::run_live;
+pub(crate) use replay::run_replay;
 
 use crate::procfs;
 use crate::report;

@@ -14,7 +14,7 @@ use crate::targets::{Producer, Target};
 use crate::workload::{ReplayWorkload, encode_token};
 
 /// Loads completed recordings into `target`, then replays them all; measures MB/s.
-pub async fn run_replay<T: Target>(
+pub(crate) async fn run_replay<T: Target>(
     target: Arc<T>,
     workload: &ReplayWorkload,
     scenario: &str,

@@ -18,7 +18,7 @@ use super::{Environment, Target, temp_dir};
 type Extents = Mutex<Vec<(u64, u32)>>;
 
 /// An append-only log file in a temp dir and its commit thread.
-pub struct FsyncLog {
+pub(crate) struct FsyncLog {
     writes: mpsc::Sender<Write<Extents>>,
     registry: Arc<Registry<Extents>>,
     file: Arc<File>,
@@ -28,7 +28,7 @@ pub struct FsyncLog {
 
 impl FsyncLog {
     /// Creates the log and starts its group-commit thread.
-    pub fn start(env: &Environment) -> Result<FsyncLog> {
+    pub(crate) fn start(env: &Environment) -> Result<FsyncLog> {
         let dir = temp_dir(&env.work_dir, "fsync-log-")?;
         let file = Arc::new(
             OpenOptions::new()
@@ -171,7 +171,7 @@ impl Target for Arc<FsyncLog> {
 }
 
 /// A follower reading newly committed tokens from the log.
-pub struct FsyncLogSubscriber {
+pub(crate) struct FsyncLogSubscriber {
     log: Arc<FsyncLog>,
     follower: Follower,
     name: String,

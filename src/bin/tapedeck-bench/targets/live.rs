@@ -12,11 +12,11 @@ use tokio::sync::{mpsc, oneshot, watch};
 /// Most writes folded into one group commit.
 const MAX_BATCH: usize = 4096;
 /// Writes queued for the commit thread; a full queue makes producers wait.
-pub const QUEUE_DEPTH: usize = 16 * 1024;
+pub(super) const QUEUE_DEPTH: usize = 16 * 1024;
 
 /// What is committed of one recording.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct Committed {
+pub(crate) struct Committed {
     /// Tokens committed, numbered from 0.
     pub tokens: u64,
     /// The completion marker is committed.
@@ -24,25 +24,25 @@ pub struct Committed {
 }
 
 /// One recording known to the process, with target-specific data `T`.
-pub struct Recording<T> {
+pub(crate) struct Recording<T> {
     pub name: String,
     pub committed: watch::Sender<Committed>,
     pub data: T,
 }
 
 /// Recordings by name; created by whoever comes first, producer or subscriber.
-pub struct Registry<T> {
+pub(super) struct Registry<T> {
     recordings: Mutex<HashMap<String, Arc<Recording<T>>>>,
 }
 
 impl<T: Default> Registry<T> {
-    pub fn new() -> Self {
+    pub(super) fn new() -> Self {
         Self {
             recordings: Mutex::new(HashMap::new()),
         }
     }
 
-    pub fn get(&self, name: &str) -> Arc<Recording<T>> {
+    pub(super) fn get(&self, name: &str) -> Arc<Recording<T>> {
         let mut recordings = self.recordings.lock().unwrap_or_else(|e| e.into_inner());
         recordings
             .entry(name.to_string())
@@ -58,7 +58,7 @@ impl<T: Default> Registry<T> {
 }
 
 /// A write for the commit thread.
-pub enum Write<T> {
+pub(crate) enum Write<T> {
     Token {
         recording: Arc<Recording<T>>,
         seq: u64,
@@ -73,7 +73,7 @@ pub enum Write<T> {
 
 /// Serves writes until every sender is gone. `commit` makes a batch durable; `group` lets a
 /// batch hold everything that is waiting, otherwise each write is its own commit.
-pub fn run_commits<T>(
+pub(super) fn run_commits<T>(
     mut writes: mpsc::Receiver<Write<T>>,
     group: bool,
     mut commit: impl FnMut(&[Write<T>]) -> Result<()>,
@@ -113,7 +113,7 @@ pub fn run_commits<T>(
 }
 
 /// The producer of one recording on an in-process target: every token waits for its commit.
-pub struct LiveProducer<T> {
+pub(crate) struct LiveProducer<T> {
     pub writes: mpsc::Sender<Write<T>>,
     pub recording: Arc<Recording<T>>,
     pub next_seq: u64,
@@ -178,13 +178,13 @@ impl<T: Send + Sync + 'static> super::Producer for LiveProducer<T> {
 }
 
 /// A follower's position: waits for committed tokens it has not read yet.
-pub struct Follower {
+pub(super) struct Follower {
     committed: watch::Receiver<Committed>,
     next: u64,
 }
 
 impl Follower {
-    pub fn new<T>(recording: &Recording<T>) -> Self {
+    pub(super) fn new<T>(recording: &Recording<T>) -> Self {
         Self {
             committed: recording.committed.subscribe(),
             next: 0,
@@ -193,7 +193,7 @@ impl Follower {
 
     /// The next range of committed, unread tokens, or `None` once the recording ended and
     /// all of it was handed out.
-    pub async fn next_range(&mut self) -> Option<Range<u64>> {
+    pub(super) async fn next_range(&mut self) -> Option<Range<u64>> {
         loop {
             let committed = *self.committed.borrow_and_update();
             if committed.tokens > self.next {

@@ -14,13 +14,13 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, bail};
 
-pub use fsync_log::FsyncLog;
-pub use redis_streams::{Appendfsync, RedisStreams};
-pub use sqlite::{Commit, Sqlite};
-pub use tapedeck::{Api, Tapedeck};
+pub(crate) use fsync_log::FsyncLog;
+pub(crate) use redis_streams::{Appendfsync, RedisStreams};
+pub(crate) use sqlite::{Commit, Sqlite};
+pub(crate) use tapedeck::{Api, Tapedeck};
 
 /// A system that stores recordings of tokens and lets readers follow and replay them.
-pub trait Target: Send + Sync + 'static {
+pub(crate) trait Target: Send + Sync + 'static {
     type Producer: Producer;
     type Subscriber: Subscriber;
 
@@ -52,7 +52,7 @@ pub trait Target: Send + Sync + 'static {
 }
 
 /// The producer of one recording.
-pub trait Producer: Send + 'static {
+pub(crate) trait Producer: Send + 'static {
     /// Sends one token. Returns how many tokens this call confirmed as stored (acked).
     fn send(&mut self, token: String) -> impl Future<Output = Result<u64>> + Send;
 
@@ -73,7 +73,7 @@ pub trait Producer: Send + 'static {
 }
 
 /// One live reader of a recording.
-pub trait Subscriber: Send + 'static {
+pub(crate) trait Subscriber: Send + 'static {
     /// The next bytes of the recording (whole tokens, possibly several), or `None` once the
     /// recording has ended and everything was read.
     fn next(&mut self) -> impl Future<Output = Result<Option<Vec<u8>>>> + Send;
@@ -81,7 +81,7 @@ pub trait Subscriber: Send + 'static {
 
 /// The targets this bench knows, by the name used on the command line and in reports.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum TargetKind {
+pub(crate) enum TargetKind {
     /// tapedeck over gRPC, `Record` (client stream) + `Replay`.
     Tapedeck,
     /// tapedeck over gRPC, legacy `StreamResponseTokens`: one ack per token after its commit.
@@ -99,7 +99,7 @@ pub enum TargetKind {
 }
 
 impl TargetKind {
-    pub fn name(self) -> &'static str {
+    pub(crate) fn name(self) -> &'static str {
         match self {
             TargetKind::Tapedeck => "tapedeck",
             TargetKind::TapedeckAck => "tapedeck-ack",
@@ -114,7 +114,7 @@ impl TargetKind {
 
 /// Where the targets find their programs and put their data.
 #[derive(Debug, Clone)]
-pub struct Environment {
+pub(crate) struct Environment {
     /// The `tapedeck` release binary to spawn.
     pub tapedeck_bin: PathBuf,
     /// A running tapedeck to use instead of spawning one.
@@ -128,21 +128,21 @@ pub struct Environment {
 }
 
 /// A child process killed (and reaped) when dropped.
-pub struct ChildGuard {
+pub(crate) struct ChildGuard {
     child: Child,
 }
 
 impl ChildGuard {
-    pub fn new(child: Child) -> Self {
+    pub(crate) fn new(child: Child) -> Self {
         Self { child }
     }
 
-    pub fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Fails if the process has already exited.
-    pub fn check_running(&mut self, what: &str) -> Result<()> {
+    pub(crate) fn check_running(&mut self, what: &str) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
             bail!("{what} exited early with {status}");
         }
@@ -158,13 +158,17 @@ impl Drop for ChildGuard {
 }
 
 /// A loopback port nobody listens on right now.
-pub fn free_port() -> Result<u16> {
+pub(crate) fn free_port() -> Result<u16> {
     let listener = TcpListener::bind("127.0.0.1:0").context("finding a free loopback port")?;
     Ok(listener.local_addr()?.port())
 }
 
 /// Waits until `ready` succeeds, checking that `child` is still running, for up to 15 s.
-pub async fn wait_ready<F, Fut>(child: &mut ChildGuard, what: &str, mut ready: F) -> Result<()>
+pub(crate) async fn wait_ready<F, Fut>(
+    child: &mut ChildGuard,
+    what: &str,
+    mut ready: F,
+) -> Result<()>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Result<()>>,
@@ -183,7 +187,7 @@ where
 }
 
 /// A fresh temporary directory under `parent`.
-pub fn temp_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
+pub(crate) fn temp_dir(parent: &Path, prefix: &str) -> Result<tempfile::TempDir> {
     std::fs::create_dir_all(parent)?;
     tempfile::Builder::new()
         .prefix(prefix)

@@ -16,7 +16,7 @@ const READ_COUNT: usize = 1000;
 
 /// When Redis fsyncs its append-only file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Appendfsync {
+pub(crate) enum Appendfsync {
     /// Before replying to the commands of each event-loop turn: durable acks.
     Always,
     /// Once a second in the background: an ack may be lost in a crash.
@@ -24,7 +24,7 @@ pub enum Appendfsync {
 }
 
 /// A private `redis-server` and a pool of multiplexed connections to it.
-pub struct RedisStreams {
+pub(crate) struct RedisStreams {
     client: Client,
     connections: Vec<MultiplexedConnection>,
     fsync: Appendfsync,
@@ -41,7 +41,7 @@ fn connection_config() -> AsyncConnectionConfig {
 
 impl RedisStreams {
     /// Starts `redis-server` with AOF and `fsync`, then opens `connections` connections.
-    pub async fn start(
+    pub(crate) async fn start(
         env: &Environment,
         fsync: Appendfsync,
         connections: usize,
@@ -207,7 +207,7 @@ fn collect(entries: &[Value], out: &mut Vec<u8>, last_id: &mut String) -> Result
 }
 
 /// `XADD`s to one stream.
-pub struct RedisProducer {
+pub(crate) struct RedisProducer {
     conn: MultiplexedConnection,
     key: String,
 }
@@ -252,7 +252,7 @@ impl super::Producer for RedisProducer {
 }
 
 /// Follows one stream with `XREAD BLOCK` on its own connection.
-pub struct RedisSubscriber {
+pub(crate) struct RedisSubscriber {
     conn: MultiplexedConnection,
     key: String,
     last_id: String,

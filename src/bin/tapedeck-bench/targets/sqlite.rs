@@ -16,7 +16,7 @@ use super::{Environment, Target, temp_dir};
 
 /// How the commit thread groups tokens into transactions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Commit {
+pub(crate) enum Commit {
     /// One transaction (one WAL fsync) per token.
     PerToken,
     /// One transaction for everything waiting when the previous one finished.
@@ -30,7 +30,7 @@ const SCHEMA: &str = "
     CREATE TABLE IF NOT EXISTS ended (rec TEXT PRIMARY KEY) WITHOUT ROWID;";
 
 /// An SQLite database in a temp dir, its commit thread and a pool of read connections.
-pub struct Sqlite {
+pub(crate) struct Sqlite {
     writes: mpsc::Sender<Write<()>>,
     registry: Arc<Registry<()>>,
     readers: Mutex<Vec<Connection>>,
@@ -49,7 +49,7 @@ fn open(path: &Path) -> Result<Connection> {
 
 impl Sqlite {
     /// Creates the database and starts its commit thread.
-    pub fn start(env: &Environment, commit: Commit) -> Result<Sqlite> {
+    pub(crate) fn start(env: &Environment, commit: Commit) -> Result<Sqlite> {
         let dir = temp_dir(&env.work_dir, "sqlite-")?;
         let path = dir.path().join("bench.db");
         let mut conn = open(&path)?;
@@ -182,7 +182,7 @@ impl Target for Arc<Sqlite> {
 }
 
 /// A follower reading newly committed rows.
-pub struct SqliteSubscriber {
+pub(crate) struct SqliteSubscriber {
     db: Arc<Sqlite>,
     follower: Follower,
     name: String,

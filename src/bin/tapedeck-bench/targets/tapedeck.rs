@@ -24,7 +24,7 @@ const PRODUCER_QUEUE: usize = 64;
 
 /// Which producer API the target drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Api {
+pub(crate) enum Api {
     /// `Record`: a client stream, answered once after the completion is committed.
     Record,
     /// Legacy `StreamResponseTokens`: one response per token, after its commit.
@@ -32,7 +32,7 @@ pub enum Api {
 }
 
 /// A tapedeck server and a pool of client connections to it.
-pub struct Tapedeck {
+pub(crate) struct Tapedeck {
     channels: Vec<Channel>,
     api: Api,
     pid: Option<u32>,
@@ -44,7 +44,7 @@ pub struct Tapedeck {
 impl Tapedeck {
     /// Spawns `env.tapedeck_bin` (or connects to `env.tapedeck_addr`) and opens `connections`
     /// HTTP/2 connections to it.
-    pub async fn start(env: &Environment, api: Api, connections: usize) -> Result<Tapedeck> {
+    pub(crate) async fn start(env: &Environment, api: Api, connections: usize) -> Result<Tapedeck> {
         let (addr, server, dir, pid) = match env.tapedeck_addr {
             Some(addr) => (addr, None, None, env.tapedeck_pid),
             None => {
@@ -208,7 +208,7 @@ impl Target for Tapedeck {
 }
 
 /// A producer on one of the two APIs.
-pub enum TapedeckProducer {
+pub(crate) enum TapedeckProducer {
     Record {
         tx: mpsc::Sender<RecordRequest>,
         call: JoinHandle<Result<RecordResponse, tonic::Status>>,
@@ -292,7 +292,7 @@ async fn expect_ack(acks: &mut Streaming<StreamResponseTokenResponse>) -> Result
 }
 
 /// A live `Replay` of a recording.
-pub struct TapedeckSubscriber {
+pub(crate) struct TapedeckSubscriber {
     stream: Streaming<ReplayResponse>,
 }
 
