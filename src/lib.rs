@@ -4,14 +4,22 @@
 //!
 //! # Layout
 //! - [`config`]: `Config`, every setting with its unit and default.
-//! - [`error`]: the one error enum and its mapping to gRPC statuses.
-//! - [`id`]: `ConversationId`, parsing the wire forms of a conversation id.
+//! - [`error`]: the one error enum, keeping causes; what a client may read is decided there.
+//! - [`id`]: `ConversationId`, the wire forms of a conversation id, shown as the caller sent it.
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
-//! - [`store`]: the redb store: schema, journal, commit pipeline, live high-water marks, recovery,
-//!   sweeper.
-//! - [`recorder`]: the domain core over the store: producer sessions, replays, cancel, limits.
-//! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`.
-//! - [`server`]: `run(listener, config, shutdown)`, wiring store, recorder and tonic together.
+//! - [`recorder`]: the domain core: live recordings (status, committed high-water mark, the
+//!   live registry and its limit, supersede), producer sessions, replays, cancel, the live
+//!   check, the sweeper's schedule, shutdown.
+//! - [`store`]: persistence only: the redb schema, the journal, the commit pipeline (ops and
+//!   batching, the transaction layer, publishing after a commit), recovery, reads.
+//! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
+//!   assembled with health and reflection by [`grpc::routes`].
+//! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
+//!
+//! A token flows one way: a face hands it to the recorder's producer session, which queues it
+//! to the store's commit pipeline; after the commit that makes it durable, the pipeline
+//! publishes it back to the recorder's live recording, whose replays send it on. See
+//! `ARCHITECTURE.md` for more.
 
 pub mod clock;
 pub mod config;
