@@ -38,6 +38,8 @@ enum Source {
 /// A reader's position in one recording.
 pub struct Replay {
     recordings: Recordings,
+    /// The conversation, as the reader named it.
+    id: ConversationId,
     key: u128,
     generation: u64,
     source: Source,
@@ -60,6 +62,7 @@ impl Replay {
         let (source, generation) = Self::find(&recordings, id).await?;
         let mut replay = Replay {
             recordings,
+            id: id.clone(),
             key: id.key(),
             generation,
             source,
@@ -77,7 +80,10 @@ impl Replay {
             });
         }
         if offset > 0 && offset <= progress.bytes {
-            replay.seek(offset, progress).await?;
+            replay
+                .seek(offset, progress)
+                .await
+                .map_err(|err| replay.named(err))?;
         }
         Ok(replay)
     }
@@ -143,7 +149,9 @@ impl Replay {
             let progress = self.progress();
             if let Some(offset) = self.pending_seek {
                 if offset <= progress.bytes {
-                    self.seek(offset, progress).await?;
+                    self.seek(offset, progress)
+                        .await
+                        .map_err(|err| self.named(err))?;
                 } else if !progress.status.is_live() {
                     return self.end_early(progress, offset);
                 }
@@ -177,6 +185,16 @@ impl Replay {
     /// Byte offset after the last byte sent (or the resume offset, before anything is sent).
     pub fn offset(&self) -> u64 {
         self.pending_seek.unwrap_or(self.position)
+    }
+
+    /// `err`, naming the conversation as the reader did (the store knows only its key).
+    fn named(&self, err: Error) -> Error {
+        match err {
+            Error::RecordingNotFound { .. } => Error::RecordingNotFound {
+                id: self.id.to_string(),
+            },
+            err => err,
+        }
     }
 
     fn progress(&mut self) -> Progress {
