@@ -1,12 +1,16 @@
 //! The `tapedeck` binary: parses the command line (flags with `TAPEDECK_*` env fallbacks),
 //! starts logging, and runs the server until SIGINT or SIGTERM.
-use std::net::SocketAddr;
+use std::io::IsTerminal;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tapedeck::Config;
+
+/// Exit code of a command line that cannot be run as given (clap's own, for usage errors).
+const USAGE_EXIT: u8 = 2;
 
 #[derive(Parser)]
 #[command(
@@ -22,38 +26,48 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Serve the gRPC recorder until SIGINT/SIGTERM.
-    Serve(ServeArgs),
+    Serve(Box<ServeArgs>),
 }
 
+/// Every default comes from `Config::default()`, written once in `src/config.rs`.
 #[derive(clap::Args)]
 struct ServeArgs {
-    /// Address to listen on.
-    #[arg(long, env = "TAPEDECK_LISTEN", default_value = "127.0.0.1:9090")]
+    /// Address to listen on: an IP address or a host name, with a port.
+    #[arg(long, env = "TAPEDECK_LISTEN", default_value_t = Config::default().listen,
+          value_parser = parse_listen)]
     listen: SocketAddr,
     /// Directory of the database file.
-    #[arg(long, env = "TAPEDECK_DATA_DIR", default_value = "./tapedeck-data")]
+    #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
     data_dir: PathBuf,
-    /// How long finished recordings stay replayable (e.g. 30m, 2h, 90s).
-    #[arg(long, env = "TAPEDECK_RETENTION", default_value = "30m", value_parser = parse_duration)]
-    retention: Duration,
-    /// How often expired and idle recordings are collected.
-    #[arg(long, env = "TAPEDECK_GC_INTERVAL", default_value = "60s", value_parser = parse_duration)]
-    gc_interval: Duration,
-    /// A live recording with no token for this long is ended as interrupted.
-    #[arg(long, env = "TAPEDECK_IDLE_TIMEOUT", default_value = "1h", value_parser = parse_duration)]
-    idle_timeout: Duration,
-    /// Largest chunk (e.g. 1MiB, 512KiB, 4096).
-    #[arg(long, env = "TAPEDECK_MAX_CHUNK_BYTES", default_value = "1MiB", value_parser = parse_size)]
-    max_chunk_bytes: u64,
+    /// How long finished recordings stay replayable (e.g. 30m, 1.5h, 90s, 2d).
+    #[arg(long, env = "TAPEDECK_RETENTION", value_parser = parse_duration,
+          default_value_t = humantime::Duration::from(Config::default().retention))]
+    retention: humantime::Duration,
+    /// How often expired and idle recordings are collected (more than zero).
+    #[arg(long, env = "TAPEDECK_GC_INTERVAL", value_parser = parse_positive_duration,
+          default_value_t = humantime::Duration::from(Config::default().gc_interval))]
+    gc_interval: humantime::Duration,
+    /// A live recording with no token for this long is ended as interrupted (more than zero).
+    #[arg(long, env = "TAPEDECK_IDLE_TIMEOUT", value_parser = parse_positive_duration,
+          default_value_t = humantime::Duration::from(Config::default().idle_timeout))]
+    idle_timeout: humantime::Duration,
+    /// Largest chunk (e.g. 1MiB, 512KiB, 4096; KB and MB are powers of 1000).
+    #[arg(long, env = "TAPEDECK_MAX_CHUNK_BYTES", value_parser = parse_positive_size,
+          default_value_t = Bytes(Config::default().max_chunk_bytes as u64))]
+    max_chunk_bytes: Bytes,
     /// Largest recording.
-    #[arg(long, env = "TAPEDECK_MAX_RECORDING_BYTES", default_value = "64MiB", value_parser = parse_size)]
-    max_recording_bytes: u64,
-    /// Most recordings live at once.
-    #[arg(long, env = "TAPEDECK_MAX_LIVE_RECORDINGS", default_value_t = 10_000)]
-    max_live_recordings: usize,
+    #[arg(long, env = "TAPEDECK_MAX_RECORDING_BYTES", value_parser = parse_positive_size,
+          default_value_t = Bytes(Config::default().max_recording_bytes))]
+    max_recording_bytes: Bytes,
+    /// Most recordings live at once (more than zero).
+    #[arg(long, env = "TAPEDECK_MAX_LIVE_RECORDINGS",
+          value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = Config::default().max_live_recordings as u32)]
+    max_live_recordings: u32,
     /// How long shutdown waits for streams to end and the store to close.
-    #[arg(long, env = "TAPEDECK_SHUTDOWN_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
-    shutdown_timeout: Duration,
+    #[arg(long, env = "TAPEDECK_SHUTDOWN_TIMEOUT", value_parser = parse_duration,
+          default_value_t = humantime::Duration::from(Config::default().shutdown_timeout))]
+    shutdown_timeout: humantime::Duration,
     /// Log format.
     #[arg(long, env = "TAPEDECK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
@@ -65,19 +79,47 @@ enum LogFormat {
     Json,
 }
 
+/// A size in bytes, written with a binary unit when it has one (`1MiB`).
+#[derive(Clone, Copy)]
+struct Bytes(u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        match units
+            .iter()
+            .find(|(unit, _)| self.0 > 0 && self.0.is_multiple_of(*unit))
+        {
+            Some((unit, name)) => write!(f, "{}{name}", self.0 / unit),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
 fn main() -> ExitCode {
-    let Command::Serve(args) = Cli::parse().command;
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        // --help and --version print as usual; a bad command line gets one line.
+        Err(err) if !err.use_stderr() => err.exit(),
+        Err(err) => {
+            let text = err.to_string();
+            let first = text.lines().next().unwrap_or_default();
+            eprintln!("tapedeck: error: {}", first.trim_start_matches("error: "));
+            return ExitCode::from(USAGE_EXIT);
+        }
+    };
+    let Command::Serve(args) = cli.command;
     init_tracing(args.log_format);
     let config = Config {
         listen: args.listen,
         data_dir: args.data_dir,
-        retention: args.retention,
-        gc_interval: args.gc_interval,
-        idle_timeout: args.idle_timeout,
-        max_chunk_bytes: args.max_chunk_bytes as usize,
-        max_recording_bytes: args.max_recording_bytes,
-        max_live_recordings: args.max_live_recordings,
-        shutdown_timeout: args.shutdown_timeout,
+        retention: args.retention.into(),
+        gc_interval: args.gc_interval.into(),
+        idle_timeout: args.idle_timeout.into(),
+        max_chunk_bytes: usize::try_from(args.max_chunk_bytes.0).unwrap_or(usize::MAX),
+        max_recording_bytes: args.max_recording_bytes.0,
+        max_live_recordings: args.max_live_recordings as usize,
+        shutdown_timeout: args.shutdown_timeout.into(),
     };
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -104,20 +146,21 @@ fn one_line(err: &anyhow::Error) -> String {
     line.replace(['\n', '\r'], " ")
 }
 
+/// Binds the port first, so that a busy port leaves the database untouched; then opens the
+/// store and serves until SIGINT or SIGTERM.
 fn serve(config: Config) -> anyhow::Result<()> {
     use anyhow::Context;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let store = tapedeck::server::open_store(&config)?;
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|err| {
-                anyhow::anyhow!(
-                    "cannot listen on {}: {err}; is another process using it? choose another \
-                     address with --listen",
-                    config.listen
-                )
+            .map_err(|source| tapedeck::Error::Bind {
+                addr: config.listen,
+                source,
             })?;
+        let store = tapedeck::server::open_store(&config)?;
+        // Logged once the start can no longer be refused: a refusal is one line, alone.
+        log_config(&config);
         tapedeck::server::run(listener, store, &config, shutdown_signal()).await?;
         Ok(())
     })
@@ -147,6 +190,8 @@ fn init_tracing(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        // Colour escapes only for a person at a terminal, never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
     match format {
         LogFormat::Text => builder.init(),
@@ -154,50 +199,54 @@ fn init_tracing(format: LogFormat) {
     }
 }
 
-/// Parses `90s`, `30m`, `1h`, `2d`, `250ms`, or plain seconds.
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a duration like 90s, 30m or 1h"))?;
-    let seconds = match unit.trim() {
-        "ms" => return Ok(Duration::from_millis(number)),
-        "" | "s" => 1,
-        "m" => 60,
-        "h" => 3600,
-        "d" => 86_400,
-        other => {
-            return Err(format!(
-                "unknown duration unit `{other}`; use ms, s, m, h or d"
-            ));
-        }
-    };
-    Ok(Duration::from_secs(number * seconds))
+/// One line with every setting the server runs with.
+fn log_config(config: &Config) {
+    tracing::info!(
+        listen = %config.listen,
+        data_dir = %config.data_dir.display(),
+        retention = %humantime::format_duration(config.retention),
+        gc_interval = %humantime::format_duration(config.gc_interval),
+        idle_timeout = %humantime::format_duration(config.idle_timeout),
+        max_chunk_bytes = %Bytes(config.max_chunk_bytes as u64),
+        max_recording_bytes = %Bytes(config.max_recording_bytes),
+        max_live_recordings = config.max_live_recordings,
+        shutdown_timeout = %humantime::format_duration(config.shutdown_timeout),
+        "starting with this configuration"
+    );
 }
 
-/// Parses `1MiB`, `512KiB`, `1GiB`, `64MB`, or plain bytes.
-fn parse_size(text: &str) -> Result<u64, String> {
-    let text = text.trim();
-    let split = text
-        .find(|c: char| !c.is_ascii_digit())
-        .unwrap_or(text.len());
-    let (number, unit) = text.split_at(split);
-    let number: u64 = number
-        .parse()
-        .map_err(|_| format!("`{text}` is not a size like 4096, 512KiB or 1MiB"))?;
-    let factor = match unit.trim() {
-        "" | "B" => 1,
-        "KiB" | "K" => 1 << 10,
-        "MiB" | "M" => 1 << 20,
-        "GiB" | "G" => 1 << 30,
-        "KB" => 1_000,
-        "MB" => 1_000_000,
-        "GB" => 1_000_000_000,
-        other => return Err(format!("unknown size unit `{other}`; use KiB, MiB or GiB")),
-    };
-    Ok(number * factor)
+/// An address to listen on; a host name is resolved, and its first address used.
+fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let mut addrs = text
+        .to_socket_addrs()
+        .map_err(|err| format!("`{text}` is not a host:port to listen on ({err})"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("`{text}` resolves to no address"))
+}
+
+/// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime.
+fn parse_duration(text: &str) -> Result<humantime::Duration, String> {
+    text.parse::<humantime::Duration>()
+        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))
+}
+
+/// As [`parse_duration`], refusing zero.
+fn parse_positive_duration(text: &str) -> Result<humantime::Duration, String> {
+    let duration = parse_duration(text)?;
+    if Duration::from(duration).is_zero() {
+        return Err("it must be more than zero".into());
+    }
+    Ok(duration)
+}
+
+/// A size more than zero, such as `4096`, `512KiB` or `1MiB`, parsed by parse-size.
+fn parse_positive_size(text: &str) -> Result<Bytes, String> {
+    match parse_size::parse_size(text) {
+        Ok(0) => Err("it must be more than zero".into()),
+        Ok(bytes) => Ok(Bytes(bytes)),
+        Err(err) => Err(format!(
+            "`{text}` is not a size like 4096, 512KiB or 1MiB: {err}"
+        )),
+    }
 }

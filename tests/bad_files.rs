@@ -111,6 +111,17 @@ fn a_data_dir_that_is_a_file_is_refused_with_one_clear_line() {
 
 #[test]
 fn a_read_only_data_dir_is_refused_with_one_clear_line() {
+    if !is_root() {
+        // Anyone else is held back by the permission bits.
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o555)).unwrap();
+        assert_refused(dir.path(), "Permission denied", "--data-dir");
+        return;
+    }
+    if !root_tests_enabled("a_read_only_data_dir_is_refused_with_one_clear_line") {
+        return;
+    }
     // Root ignores permission bits, so the directory is a read-only mount.
     let read_only = Tmpfs::mount(1024 * 1024, true);
     assert_refused(&read_only.path, "Read-only file system", "--data-dir");
@@ -129,6 +140,10 @@ fn a_port_in_use_is_refused_with_one_clear_line() {
     ]);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert_one_clear_line(&stderr, &format!("cannot listen on {addr}"), "--listen");
+    assert!(
+        !dir.path().join("tapedeck.redb").exists(),
+        "the port is bound before the database is opened"
+    );
 }
 
 #[test]
@@ -147,7 +162,7 @@ async fn a_database_left_by_sigkill_is_repaired_and_keeps_its_recordings() {
     record_all(&client, b"finished", &["all ", "of ", "it"]).await;
     let live = Recording::open(&client, b"live").await;
     live.send("part").await;
-    let mut stream = replay_when_live(&client, b"live").await;
+    let mut stream = replay_when_live(&client, b"live", 0).await.unwrap();
     let mut seen = String::new();
     while seen.len() < "part".len() {
         seen.push_str(&stream.message().await.unwrap().unwrap().content);

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use common::*;
 use tapedeck::pb::{
     CancelResponseRequest, CheckConversationsRequest, CheckRecordingsRequest, RecordRequest,
-    RecordStatus, ReplayRequest, ReplayResponseTokensRequest, StreamResponseTokenRequest,
+    RecordStatus, ReplayRequest, ReplayResponseTokensRequest,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -125,53 +125,6 @@ async fn ten_thousand_unread_replays_keep_server_memory_bounded() {
 
 const NON_UTF8: &[u8] = &[0xff, 0xfe, 0xfd];
 
-/// A legacy producer whose requests go in through a channel.
-struct Legacy {
-    tx: mpsc::Sender<StreamResponseTokenRequest>,
-    acks: tonic::Streaming<tapedeck::pb::StreamResponseTokenResponse>,
-}
-
-impl Legacy {
-    /// Opens a stream whose first request is `first` (none when `None`).
-    async fn open(client: &ResumerClient, first: Option<StreamResponseTokenRequest>) -> Legacy {
-        let (tx, rx) = mpsc::channel(64);
-        if let Some(first) = first {
-            tx.send(first).await.unwrap();
-        }
-        let acks = client
-            .clone()
-            .stream_response_tokens(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        Legacy { tx, acks }
-    }
-
-    async fn send(&self, id: &[u8], text: &str, complete: bool) {
-        self.tx
-            .send(token(id, text, complete))
-            .await
-            .expect("request stream closed");
-    }
-
-    /// The next response, or the status that ended the stream (`Ok(None)`: ended with OK).
-    async fn next(
-        &mut self,
-    ) -> Result<Option<tapedeck::pb::StreamResponseTokenResponse>, tonic::Status> {
-        tokio::time::timeout(WAIT, self.acks.message())
-            .await
-            .expect("no legacy response in time")
-    }
-}
-
-fn token(id: &[u8], token: &str, complete: bool) -> StreamResponseTokenRequest {
-    StreamResponseTokenRequest {
-        conversation_id: id.to_vec(),
-        token: token.to_string(),
-        complete,
-    }
-}
-
 async fn legacy_replay_status(client: &ResumerClient, id: &[u8], position: i64) -> Code {
     let opened = client
         .clone()
@@ -224,12 +177,12 @@ async fn legacy_calls_with_malformed_ids_are_invalid_argument() {
     let server = TestServer::start_in(dir.path()).await;
     let legacy = server.resumer().await;
     // A producer minding its own business throughout.
-    let mut bystander = Legacy::open(&legacy, Some(token(b"bystander", "a", false))).await;
+    let mut bystander = LegacyProducer::open(&legacy, Some(token(b"bystander", "a", false))).await;
     assert!(bystander.next().await.unwrap().unwrap().success);
 
     let long = vec![b'x'; 300];
     for bad in [NON_UTF8, long.as_slice(), b"".as_slice()] {
-        let mut producer = Legacy::open(&legacy, Some(token(bad, "x", false))).await;
+        let mut producer = LegacyProducer::open(&legacy, Some(token(bad, "x", false))).await;
         let err = producer.next().await.unwrap_err();
         assert_eq!(err.code(), Code::InvalidArgument, "stream {bad:?}");
         assert!(err.message().contains("conversation_id"), "{err}");
@@ -281,12 +234,12 @@ async fn a_legacy_stream_without_a_first_id_is_invalid_argument() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let legacy = server.resumer().await;
-    let mut no_id = Legacy::open(&legacy, Some(token(b"", "orphan", false))).await;
+    let mut no_id = LegacyProducer::open(&legacy, Some(token(b"", "orphan", false))).await;
     let err = no_id.next().await.unwrap_err();
     assert_eq!(err.code(), Code::InvalidArgument);
     assert!(err.message().contains("conversation_id"), "{err}");
 
-    let Legacy { tx, mut acks } = Legacy::open(&legacy, None).await;
+    let LegacyProducer { tx, mut acks } = LegacyProducer::open(&legacy, None).await;
     drop(tx);
     let err = tokio::time::timeout(WAIT, acks.message())
         .await
@@ -303,7 +256,7 @@ async fn ten_thousand_ids_in_a_check_are_invalid_argument_on_both_apis() {
     let current = server.recorder().await;
     let legacy = server.resumer().await;
     let live = Recording::open(&current, b"live-one").await;
-    drop(replay_when_live(&current, b"live-one").await);
+    drop(replay_when_live(&current, b"live-one", 0).await.unwrap());
 
     let ids = |n: usize| -> Vec<Vec<u8>> {
         let mut ids: Vec<Vec<u8>> = (0..n - 1)
@@ -368,7 +321,8 @@ async fn the_same_conversation_in_another_form_mid_stream_is_not_a_change() {
     );
 
     let legacy = server.resumer().await;
-    let mut producer = Legacy::open(&legacy, Some(token(uuid.as_bytes(), "four ", false))).await;
+    let mut producer =
+        LegacyProducer::open(&legacy, Some(token(uuid.as_bytes(), "four ", false))).await;
     producer
         .send(uuid.hyphenated().to_string().as_bytes(), "five", true)
         .await;
@@ -396,7 +350,8 @@ async fn a_message_over_the_transport_limit_is_resource_exhausted_on_both_apis()
     assert_eq!(replayed.status.as_deref(), Some("interrupted"));
 
     let legacy = server.resumer().await;
-    let mut producer = Legacy::open(&legacy, Some(token(b"huge-legacy", "fine", false))).await;
+    let mut producer =
+        LegacyProducer::open(&legacy, Some(token(b"huge-legacy", "fine", false))).await;
     assert!(producer.next().await.unwrap().unwrap().success);
     producer.send(b"", &huge, false).await;
     let err = producer.next().await.unwrap_err();
@@ -417,7 +372,7 @@ async fn a_legacy_recording_over_its_limit_refuses_tokens_and_goes_on() {
     config.max_recording_bytes = 10;
     let server = TestServer::start(config).await;
     let legacy = server.resumer().await;
-    let mut producer = Legacy::open(&legacy, Some(token(b"capped", "12345", false))).await;
+    let mut producer = LegacyProducer::open(&legacy, Some(token(b"capped", "12345", false))).await;
     producer.send(b"", "67890", false).await;
     producer.send(b"", "1", false).await;
     producer.send(b"", "", true).await;
@@ -486,7 +441,7 @@ async fn resume_offsets_bad_in_other_ways_get_the_named_codes() {
     // A live resume offset that turns out to fall inside a character once it is recorded.
     let recording = Recording::open(&current, b"growing").await;
     recording.send("a").await;
-    let mut first = replay_when_live(&current, b"growing").await;
+    let mut first = replay_when_live(&current, b"growing", 0).await.unwrap();
     assert_eq!(first.message().await.unwrap().unwrap().content, "a");
     let waiting = replay_from(&current, b"growing", 2).await.unwrap();
     recording.send("é").await; // bytes 1..3
@@ -514,16 +469,16 @@ async fn producers_that_never_send_anything_block_no_one() {
         let mut client = current.clone();
         async move { client.record(ReceiverStream::new(silent_rx)).await }
     });
-    let silent_legacy = Legacy::open(&legacy, None).await;
+    let silent_legacy = LegacyProducer::open(&legacy, None).await;
     let (quiet_tx, quiet_rx) = mpsc::channel::<RecordRequest>(1);
     let quiet_current = tokio::spawn({
         let mut client = current.clone();
         async move { client.record(ReceiverStream::new(quiet_rx)).await }
     });
-    let Legacy {
+    let LegacyProducer {
         tx: quiet_legacy_tx,
         acks: mut quiet_legacy,
-    } = Legacy::open(&legacy, None).await;
+    } = LegacyProducer::open(&legacy, None).await;
 
     // Everyone else records, replays and checks as usual; nothing is live on their account.
     record_all(&current, b"bystander", &["un", "affected"]).await;

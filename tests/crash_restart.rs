@@ -5,7 +5,6 @@ mod common;
 
 use common::*;
 use tapedeck::pb::{CheckRecordingsRequest, StreamResponseTokenRequest};
-use tokio_stream::wrappers::ReceiverStream;
 
 #[tokio::test]
 async fn a_recording_survives_sigkill_of_the_binary() {
@@ -55,13 +54,7 @@ async fn every_acknowledged_legacy_byte_survives_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let server = BinaryServer::spawn(dir.path(), &[]);
     let client = server.resumer().await;
-    let (tx, rx) = tokio::sync::mpsc::channel(1024);
-    let mut acks = client
-        .clone()
-        .stream_response_tokens(ReceiverStream::new(rx))
-        .await
-        .unwrap()
-        .into_inner();
+    let LegacyProducer { tx, mut acks } = LegacyProducer::open(&client, None).await;
     let mut sent = String::new();
     let mut acked = 0i64;
     for i in 0..200 {

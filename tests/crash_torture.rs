@@ -234,13 +234,10 @@ async fn legacy_producer(
                 complete: n + 1 == tokens,
             });
         }
-        let (tx, rx) = mpsc::channel(8);
-        let opened = client
-            .clone()
-            .stream_response_tokens(ReceiverStream::new(rx))
-            .await;
-        let Ok(acks) = opened else { return };
-        let mut acks = acks.into_inner();
+        let Ok(LegacyProducer { tx, mut acks }) = LegacyProducer::try_open(&client, None, 8).await
+        else {
+            return;
+        };
         let sender = {
             let ledger = ledger.clone();
             tokio::spawn(async move {
@@ -291,12 +288,8 @@ async fn legacy_producer(
 /// Follows recordings live as they start, keeping what it saw.
 async fn reader(client: RecorderClient, ledger: Ledger, index: usize) {
     let id = ledger.lock().unwrap()[index].id.clone();
-    let mut stream = loop {
-        match replay_from(&client, &id, 0).await {
-            Ok(stream) => break stream,
-            Err(status) if status.code() == Code::NotFound => tokio::task::yield_now().await,
-            Err(_) => return,
-        }
+    let Ok(mut stream) = replay_when_live(&client, &id, 0).await else {
+        return;
     };
     while let Ok(Some(message)) = stream.message().await {
         update(&ledger, index, |t| t.seen.push_str(&message.content));

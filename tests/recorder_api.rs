@@ -234,13 +234,7 @@ async fn replay_started_while_recording_follows_live_to_the_end() {
     let recording = Recording::open(&client, ID).await;
     recording.send("before ").await;
     // The start is committed once the replay can be opened; "before " may or may not be yet.
-    let mut stream = loop {
-        match replay_from(&client, ID, 0).await {
-            Ok(stream) => break stream,
-            Err(err) if err.code() == Code::NotFound => tokio::task::yield_now().await,
-            Err(err) => panic!("{err}"),
-        }
-    };
+    let mut stream = replay_when_live(&client, ID, 0).await.unwrap();
     let mut text = read_until(&mut stream, "before ").await;
     for token in ["live ", "tökens ", "arrive"] {
         recording.send(token).await;
@@ -261,7 +255,7 @@ async fn cancel_ends_producer_with_cancelled_and_replay_promptly() {
     let client = server.recorder().await;
     let recording = Recording::open(&client, ID).await;
     recording.send("partial").await;
-    let mut stream = replay_when_started(&client, ID).await;
+    let mut stream = replay_when_live(&client, ID, 0).await.unwrap();
     read_until(&mut stream, "partial").await;
 
     assert!(cancel(&client, ID).await.unwrap());
@@ -302,8 +296,10 @@ async fn check_recordings_returns_live_ids_in_request_order_and_encoding() {
     let live_uuid = Recording::open(&client, uuid.as_bytes()).await;
     record_all(&client, b"finished", &["x"]).await;
     // Both starts are committed once both replays open.
-    replay_when_started(&client, b"live-a").await;
-    replay_when_started(&client, UUID_TEXT.as_bytes()).await;
+    replay_when_live(&client, b"live-a", 0).await.unwrap();
+    replay_when_live(&client, UUID_TEXT.as_bytes(), 0)
+        .await
+        .unwrap();
 
     let upper = UUID_TEXT.to_uppercase();
     let live = check(
@@ -337,7 +333,7 @@ async fn a_second_producer_supersedes_the_first() {
     let client = server.recorder().await;
     let first = Recording::open(&client, ID).await;
     first.send("old text").await;
-    let mut old_replay = replay_when_started(&client, ID).await;
+    let mut old_replay = replay_when_live(&client, ID, 0).await.unwrap();
     read_until(&mut old_replay, "old text").await;
 
     let second = Recording::open(&client, ID).await;
@@ -369,7 +365,7 @@ async fn a_producer_that_vanishes_leaves_an_interrupted_replayable_recording() {
     let recording = Recording::open(&proxy.recorder().await, ID).await;
     recording.send("committed ").await;
     recording.send("tokens").await;
-    let mut stream = replay_when_started(&client, ID).await;
+    let mut stream = replay_when_live(&client, ID, 0).await.unwrap();
     read_until(&mut stream, "committed tokens").await;
     proxy.cut();
     let rest = read_all(stream).await.unwrap();
@@ -435,7 +431,7 @@ async fn too_many_live_recordings_is_resource_exhausted() {
     let server = TestServer::start(config).await;
     let client = server.recorder().await;
     let first = Recording::open(&client, b"first").await;
-    replay_when_started(&client, b"first").await;
+    replay_when_live(&client, b"first", 0).await.unwrap();
     let second = Recording::open(&client, b"second").await;
     let err = second.answer().await.unwrap_err();
     assert_eq!(err.code(), Code::ResourceExhausted);
@@ -499,7 +495,7 @@ async fn shutdown_answers_live_producers_and_ends_replays() {
     let client = server.recorder().await;
     let recording = Recording::open(&client, ID).await;
     recording.send("cut short").await;
-    let mut stream = replay_when_started(&client, ID).await;
+    let mut stream = replay_when_live(&client, ID, 0).await.unwrap();
     read_until(&mut stream, "cut short").await;
     let stopping = tokio::spawn(server.stop());
     let answer = recording.answer().await.unwrap();
@@ -531,24 +527,6 @@ async fn a_recording_survives_a_clean_restart() {
     assert_eq!(replayed.text, "durable");
     assert_eq!(replayed.status.as_deref(), Some("completed"));
     server.stop().await;
-}
-
-/// Opens a replay once the recording's start is committed (Record answers only at its end).
-async fn replay_when_started(
-    client: &RecorderClient,
-    id: &[u8],
-) -> tonic::Streaming<tapedeck::pb::ReplayResponse> {
-    tokio::time::timeout(WAIT, async {
-        loop {
-            match replay_from(client, id, 0).await {
-                Ok(stream) => return stream,
-                Err(err) if err.code() == Code::NotFound => tokio::task::yield_now().await,
-                Err(err) => panic!("{err}"),
-            }
-        }
-    })
-    .await
-    .expect("recording did not start in time")
 }
 
 #[tokio::test]

@@ -3,68 +3,10 @@
 mod common;
 
 use common::*;
-use tapedeck::pb::{
-    CancelResponseRequest, CheckConversationsRequest, ReplayResponseTokensRequest,
-    StreamResponseTokenRequest, StreamResponseTokenResponse,
-};
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Code, Streaming};
+use tapedeck::pb::{CancelResponseRequest, CheckConversationsRequest, ReplayResponseTokensRequest};
+use tonic::Code;
 
 const ID: &[u8] = b"legacy-conversation";
-
-/// A producer on the legacy API: requests go in through a channel, acks come back per token.
-struct LegacyProducer {
-    tx: mpsc::Sender<StreamResponseTokenRequest>,
-    acks: Streaming<StreamResponseTokenResponse>,
-}
-
-impl LegacyProducer {
-    async fn open(client: &ResumerClient, id: &[u8], first_token: &str) -> LegacyProducer {
-        let (tx, rx) = mpsc::channel(1024);
-        tx.send(token_request(id, first_token, false))
-            .await
-            .unwrap();
-        let acks = client
-            .clone()
-            .stream_response_tokens(ReceiverStream::new(rx))
-            .await
-            .unwrap()
-            .into_inner();
-        LegacyProducer { tx, acks }
-    }
-
-    async fn send(&self, token: &str, complete: bool) {
-        self.tx
-            .send(token_request(b"", token, complete))
-            .await
-            .unwrap();
-    }
-
-    async fn ack(&mut self) -> StreamResponseTokenResponse {
-        tokio::time::timeout(WAIT, self.acks.message())
-            .await
-            .expect("no ack in time")
-            .unwrap()
-            .expect("ack stream ended")
-    }
-
-    /// Waits for the server to close the ack stream.
-    async fn closed(mut self) {
-        let end = tokio::time::timeout(WAIT, self.acks.message())
-            .await
-            .expect("stream still open");
-        assert!(matches!(end, Ok(None)), "{end:?}");
-    }
-}
-
-fn token_request(id: &[u8], token: &str, complete: bool) -> StreamResponseTokenRequest {
-    StreamResponseTokenRequest {
-        conversation_id: id.to_vec(),
-        token: token.to_string(),
-        complete,
-    }
-}
 
 /// Reads a legacy replay to its end: the text and each message's offset.
 async fn legacy_replay(
@@ -99,9 +41,9 @@ async fn acks_carry_the_cumulative_utf8_byte_length() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let client = server.resumer().await;
-    let mut producer = LegacyProducer::open(&client, ID, "ab").await;
-    producer.send("cdé", false).await;
-    producer.send("f", true).await;
+    let mut producer = LegacyProducer::start(&client, ID, "ab").await;
+    producer.send(b"", "cdé", false).await;
+    producer.send(b"", "f", true).await;
     let mut offsets = Vec::new();
     for _ in 0..3 {
         let ack = producer.ack().await;
@@ -123,8 +65,8 @@ async fn a_legacy_recording_replays_through_the_current_api_and_back() {
     let legacy = server.resumer().await;
     let current = server.recorder().await;
 
-    let mut producer = LegacyProducer::open(&legacy, ID, "from ").await;
-    producer.send("legacy", true).await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "from ").await;
+    producer.send(b"", "legacy", true).await;
     producer.ack().await;
     producer.ack().await;
     producer.closed().await;
@@ -171,15 +113,15 @@ async fn resume_at_the_live_end_waits_for_new_tokens() {
     let server = TestServer::start_in(dir.path()).await;
     let current = server.recorder().await;
     let legacy = server.resumer().await;
-    let mut producer = LegacyProducer::open(&legacy, ID, "abc").await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "abc").await;
     assert_eq!(producer.ack().await.current_offset, 3);
 
     // At the end, and past it: both wait for the bytes to arrive.
     let at_end = replay_from(&current, ID, 3).await.unwrap();
     let past_end = replay_from(&current, ID, 5).await.unwrap();
-    producer.send("def", false).await;
+    producer.send(b"", "def", false).await;
     assert_eq!(producer.ack().await.current_offset, 6);
-    producer.send("g", true).await;
+    producer.send(b"", "g", true).await;
     assert_eq!(producer.ack().await.current_offset, 7);
     let replayed = read_all(at_end).await.unwrap();
     assert_eq!(replayed.text, "defg");
@@ -228,10 +170,10 @@ async fn a_live_resume_past_the_final_end_fails_out_of_range() {
     let server = TestServer::start_in(dir.path()).await;
     let current = server.recorder().await;
     let legacy = server.resumer().await;
-    let mut producer = LegacyProducer::open(&legacy, ID, "abc").await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "abc").await;
     producer.ack().await;
     let waiting = replay_from(&current, ID, 10).await.unwrap();
-    producer.send("d", true).await;
+    producer.send(b"", "d", true).await;
     producer.ack().await;
     let err = read_all(waiting).await.unwrap_err();
     assert_eq!(err.code(), Code::OutOfRange);
@@ -243,7 +185,7 @@ async fn cancel_reaches_a_legacy_producer_and_cancel_response_waits_for_it() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let legacy = server.resumer().await;
-    let mut producer = LegacyProducer::open(&legacy, ID, "working").await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "working").await;
     assert!(producer.ack().await.success);
 
     let cancelled = tokio::spawn({
@@ -281,14 +223,14 @@ async fn refused_tokens_get_success_false_and_the_stream_goes_on() {
     config.max_chunk_bytes = 4;
     let server = TestServer::start(config).await;
     let legacy = server.resumer().await;
-    let mut producer = LegacyProducer::open(&legacy, ID, "ok").await;
-    producer.send("too long", false).await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "ok").await;
+    producer.send(b"", "too long", false).await;
     producer
         .tx
-        .send(token_request(b"other-conversation", "x", false))
+        .send(token(b"other-conversation", "x", false))
         .await
         .unwrap();
-    producer.send("end", true).await;
+    producer.send(b"", "end", true).await;
     assert!(producer.ack().await.success);
     let too_long = producer.ack().await;
     assert!(
@@ -314,7 +256,7 @@ async fn check_conversations_and_is_enabled() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let legacy = server.resumer().await;
-    let mut producer = LegacyProducer::open(&legacy, ID, "live").await;
+    let mut producer = LegacyProducer::start(&legacy, ID, "live").await;
     producer.ack().await;
     let live = legacy
         .clone()
@@ -335,7 +277,7 @@ async fn check_conversations_and_is_enabled() {
             .into_inner()
             .enabled
     );
-    producer.send("", true).await;
+    producer.send(b"", "", true).await;
     producer.ack().await;
     producer.closed().await;
     server.stop().await;

@@ -9,7 +9,10 @@ use std::time::Duration;
 use tapedeck::Config;
 use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
 use tapedeck::pb::response_resumer_service_client::ResponseResumerServiceClient;
-use tapedeck::pb::{RecordRequest, RecordResponse, ReplayRequest, ReplayResponse};
+use tapedeck::pb::{
+    RecordRequest, RecordResponse, ReplayRequest, ReplayResponse, StreamResponseTokenRequest,
+    StreamResponseTokenResponse,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
@@ -17,21 +20,37 @@ use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
 /// How long any single wait in a test may take before the test fails.
-pub const WAIT: Duration = Duration::from_secs(10);
+pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
-pub type RecorderClient = ResponseRecorderServiceClient<Channel>;
-pub type ResumerClient = ResponseResumerServiceClient<Channel>;
+pub(crate) type RecorderClient = ResponseRecorderServiceClient<Channel>;
+pub(crate) type ResumerClient = ResponseResumerServiceClient<Channel>;
+
+/// A client of the current API at `addr`, taking messages of up to 64 MiB.
+pub(crate) async fn recorder_client(addr: SocketAddr) -> RecorderClient {
+    ResponseRecorderServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+        .max_decoding_message_size(64 * 1024 * 1024)
+        .max_encoding_message_size(64 * 1024 * 1024)
+}
+
+/// A client of the legacy API at `addr`.
+pub(crate) async fn resumer_client(addr: SocketAddr) -> ResumerClient {
+    ResponseResumerServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
 
 /// A server running in this process.
-pub struct TestServer {
-    pub addr: SocketAddr,
-    pub data_dir: PathBuf,
+pub(crate) struct TestServer {
+    pub(crate) addr: SocketAddr,
+    pub(crate) data_dir: PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<tapedeck::Result<()>>,
 }
 
 /// A config for tests: everything default but the data dir and a short shutdown timeout.
-pub fn test_config(data_dir: &Path) -> Config {
+pub(crate) fn test_config(data_dir: &Path) -> Config {
     Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         data_dir: data_dir.to_path_buf(),
@@ -42,36 +61,30 @@ pub fn test_config(data_dir: &Path) -> Config {
 
 impl TestServer {
     /// Starts a server on `config.data_dir`, listening on a free loopback port.
-    pub async fn start(config: Config) -> TestServer {
+    pub(crate) async fn start(config: Config) -> TestServer {
         let store = tapedeck::server::open_store(&config).unwrap();
         Self::start_with_store(config, store).await
     }
 
     /// Starts a server with default settings on `data_dir`.
-    pub async fn start_in(data_dir: &Path) -> TestServer {
+    pub(crate) async fn start_in(data_dir: &Path) -> TestServer {
         Self::start(test_config(data_dir)).await
     }
 
-    pub fn url(&self) -> String {
+    pub(crate) fn url(&self) -> String {
         format!("http://{}", self.addr)
     }
 
-    pub async fn recorder(&self) -> RecorderClient {
-        ResponseRecorderServiceClient::connect(self.url())
-            .await
-            .unwrap()
-            .max_decoding_message_size(64 * 1024 * 1024)
-            .max_encoding_message_size(64 * 1024 * 1024)
+    pub(crate) async fn recorder(&self) -> RecorderClient {
+        recorder_client(self.addr).await
     }
 
-    pub async fn resumer(&self) -> ResumerClient {
-        ResponseResumerServiceClient::connect(self.url())
-            .await
-            .unwrap()
+    pub(crate) async fn resumer(&self) -> ResumerClient {
+        resumer_client(self.addr).await
     }
 
     /// Shuts the server down gracefully and waits until its database is closed.
-    pub async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(shutdown) = self.shutdown.take() {
             let _ = shutdown.send(());
         }
@@ -85,14 +98,14 @@ impl TestServer {
 
 /// A producer on the current API: messages go in through a channel, the answer comes back
 /// when the call ends.
-pub struct Recording {
-    pub tx: mpsc::Sender<RecordRequest>,
-    pub answer: JoinHandle<Result<RecordResponse, Status>>,
+pub(crate) struct Recording {
+    pub(crate) tx: mpsc::Sender<RecordRequest>,
+    pub(crate) answer: JoinHandle<Result<RecordResponse, Status>>,
 }
 
 impl Recording {
     /// Opens a Record call whose first message carries only the id.
-    pub async fn open(client: &RecorderClient, id: &[u8]) -> Recording {
+    pub(crate) async fn open(client: &RecorderClient, id: &[u8]) -> Recording {
         let (tx, rx) = mpsc::channel(1024);
         tx.send(RecordRequest {
             conversation_id: id.to_vec(),
@@ -110,7 +123,7 @@ impl Recording {
         Recording { tx, answer }
     }
 
-    pub async fn send(&self, content: &str) {
+    pub(crate) async fn send(&self, content: &str) {
         self.tx
             .send(RecordRequest {
                 content: content.to_string(),
@@ -121,7 +134,7 @@ impl Recording {
     }
 
     /// Sends `complete=true` and waits for the answer.
-    pub async fn complete(self) -> Result<RecordResponse, Status> {
+    pub(crate) async fn complete(self) -> Result<RecordResponse, Status> {
         let _ = self
             .tx
             .send(RecordRequest {
@@ -133,7 +146,7 @@ impl Recording {
     }
 
     /// Waits for the call's answer without sending anything more.
-    pub async fn answer(self) -> Result<RecordResponse, Status> {
+    pub(crate) async fn answer(self) -> Result<RecordResponse, Status> {
         tokio::time::timeout(WAIT, self.answer)
             .await
             .expect("Record did not answer in time")
@@ -142,7 +155,7 @@ impl Recording {
 }
 
 /// Records `tokens` as one complete recording of `id` and checks it succeeded.
-pub async fn record_all(client: &RecorderClient, id: &[u8], tokens: &[&str]) {
+pub(crate) async fn record_all(client: &RecorderClient, id: &[u8], tokens: &[&str]) {
     let recording = Recording::open(client, id).await;
     for token in tokens {
         recording.send(token).await;
@@ -155,8 +168,91 @@ pub async fn record_all(client: &RecorderClient, id: &[u8], tokens: &[&str]) {
     );
 }
 
+/// A legacy request carrying `text`, naming `id` (empty: the stream's conversation).
+pub(crate) fn token(id: &[u8], text: &str, complete: bool) -> StreamResponseTokenRequest {
+    StreamResponseTokenRequest {
+        conversation_id: id.to_vec(),
+        token: text.to_string(),
+        complete,
+    }
+}
+
+/// A producer on the legacy API: requests go in through a channel, one response comes back
+/// per request.
+pub(crate) struct LegacyProducer {
+    pub(crate) tx: mpsc::Sender<StreamResponseTokenRequest>,
+    pub(crate) acks: Streaming<StreamResponseTokenResponse>,
+}
+
+impl LegacyProducer {
+    /// Opens a stream whose first request, if any, is `first`, with room for `capacity`
+    /// queued requests; the call's own failure is returned.
+    pub(crate) async fn try_open(
+        client: &ResumerClient,
+        first: Option<StreamResponseTokenRequest>,
+        capacity: usize,
+    ) -> Result<LegacyProducer, Status> {
+        let (tx, rx) = mpsc::channel(capacity);
+        if let Some(first) = first {
+            tx.send(first).await.expect("the request channel is open");
+        }
+        let acks = client
+            .clone()
+            .stream_response_tokens(ReceiverStream::new(rx))
+            .await?
+            .into_inner();
+        Ok(LegacyProducer { tx, acks })
+    }
+
+    /// Opens a stream whose first request, if any, is `first`.
+    pub(crate) async fn open(
+        client: &ResumerClient,
+        first: Option<StreamResponseTokenRequest>,
+    ) -> LegacyProducer {
+        Self::try_open(client, first, 1024).await.unwrap()
+    }
+
+    /// Opens a stream recording `id`, starting with `first_token`.
+    pub(crate) async fn start(
+        client: &ResumerClient,
+        id: &[u8],
+        first_token: &str,
+    ) -> LegacyProducer {
+        Self::open(client, Some(token(id, first_token, false))).await
+    }
+
+    /// Sends one request.
+    pub(crate) async fn send(&self, id: &[u8], text: &str, complete: bool) {
+        self.tx
+            .send(token(id, text, complete))
+            .await
+            .expect("request stream closed");
+    }
+
+    /// The next response, or the status that ended the stream (`Ok(None)`: ended with OK).
+    pub(crate) async fn next(&mut self) -> Result<Option<StreamResponseTokenResponse>, Status> {
+        tokio::time::timeout(WAIT, self.acks.message())
+            .await
+            .expect("no legacy response in time")
+    }
+
+    /// The next response, which must be there.
+    pub(crate) async fn ack(&mut self) -> StreamResponseTokenResponse {
+        self.next()
+            .await
+            .unwrap()
+            .expect("the response stream ended")
+    }
+
+    /// Waits for the server to close the response stream with OK.
+    pub(crate) async fn closed(mut self) {
+        let end = self.next().await;
+        assert!(matches!(end, Ok(None)), "{end:?}");
+    }
+}
+
 /// Opens a replay from `offset`.
-pub async fn replay_from(
+pub(crate) async fn replay_from(
     client: &RecorderClient,
     id: &[u8],
     offset: i64,
@@ -173,16 +269,16 @@ pub async fn replay_from(
 
 /// What a replay returned by the time it closed.
 #[derive(Debug)]
-pub struct Replayed {
-    pub text: String,
-    pub offsets: Vec<i64>,
+pub(crate) struct Replayed {
+    pub(crate) text: String,
+    pub(crate) offsets: Vec<i64>,
     /// The `tapedeck-status` trailer.
-    pub status: Option<String>,
-    pub end_offset: Option<u64>,
+    pub(crate) status: Option<String>,
+    pub(crate) end_offset: Option<u64>,
 }
 
 /// Reads a replay stream to its end (failing the test if it takes longer than [`WAIT`]).
-pub async fn read_all(mut stream: Streaming<ReplayResponse>) -> Result<Replayed, Status> {
+pub(crate) async fn read_all(mut stream: Streaming<ReplayResponse>) -> Result<Replayed, Status> {
     let mut replayed = Replayed {
         text: String::new(),
         offsets: Vec::new(),
@@ -212,19 +308,19 @@ pub async fn read_all(mut stream: Streaming<ReplayResponse>) -> Result<Replayed,
 }
 
 /// Replays `id` from the start to its end.
-pub async fn replay_text(client: &RecorderClient, id: &[u8]) -> Result<Replayed, Status> {
+pub(crate) async fn replay_text(client: &RecorderClient, id: &[u8]) -> Result<Replayed, Status> {
     read_all(replay_from(client, id, 0).await?).await
 }
 
 /// A loopback TCP proxy in front of a server whose connections can be cut at once, the way a
 /// client process that dies or a network that drops would cut them.
-pub struct CuttableProxy {
-    pub addr: SocketAddr,
+pub(crate) struct CuttableProxy {
+    pub(crate) addr: SocketAddr,
     cut: tokio_util::sync::CancellationToken,
 }
 
 impl CuttableProxy {
-    pub async fn start(target: SocketAddr) -> CuttableProxy {
+    pub(crate) async fn start(target: SocketAddr) -> CuttableProxy {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let cut = tokio_util::sync::CancellationToken::new();
@@ -249,102 +345,62 @@ impl CuttableProxy {
         CuttableProxy { addr, cut }
     }
 
-    pub async fn recorder(&self) -> RecorderClient {
-        ResponseRecorderServiceClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap()
+    pub(crate) async fn recorder(&self) -> RecorderClient {
+        recorder_client(self.addr).await
     }
 
-    pub async fn resumer(&self) -> ResumerClient {
-        ResponseResumerServiceClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap()
+    pub(crate) async fn resumer(&self) -> ResumerClient {
+        resumer_client(self.addr).await
     }
 
     /// Closes every proxied connection.
-    pub fn cut(&self) {
+    pub(crate) fn cut(&self) {
         self.cut.cancel();
     }
 }
 
 /// The real `tapedeck` binary, serving on a free loopback port; killed when dropped.
-pub struct BinaryServer {
-    pub addr: SocketAddr,
+pub(crate) struct BinaryServer {
+    pub(crate) addr: SocketAddr,
     /// `None` once the process has been reaped.
     child: Option<std::process::Child>,
 }
 
 impl BinaryServer {
     /// Starts `tapedeck serve` on `data_dir` and waits until it listens.
-    pub fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
+    pub(crate) fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
         Self::start(data_dir, extra_args, None)
     }
 
-    /// Starts the binary; reads its log until the listening line, then keeps draining it (into
-    /// `keep`, if given) so the server never blocks on a full pipe.
+    /// Starts the binary on a free loopback port the test picked; waits for its listening
+    /// line (the readiness event), then keeps draining its log (into `keep`, if given) so the
+    /// server never blocks on a full pipe.
     fn start(data_dir: &Path, extra_args: &[&str], keep: Option<LogLines>) -> BinaryServer {
-        use std::io::BufRead;
-        let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--data-dir",
-            ])
-            .arg(data_dir)
-            .args(extra_args)
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .expect("cannot start the tapedeck binary");
-        let stderr = child.stderr.take().unwrap();
-        let (found, addr) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in std::io::BufReader::new(stderr)
-                .lines()
-                .map_while(Result::ok)
-            {
-                if line.contains("tapedeck listening")
-                    && let Some(start) = line.find("\"addr\":\"")
-                {
-                    let rest = &line[start + 8..];
-                    let _ = found.send(rest[..rest.find('"').unwrap()].to_string());
-                }
-                if let Some(keep) = &keep {
-                    keep.lock().unwrap().push(line);
-                }
-            }
-        });
-        let addr = addr
-            .recv_timeout(WAIT)
-            .expect("the binary did not report its address")
-            .parse()
-            .unwrap();
+        let addr = free_port();
+        let listen = addr.to_string();
+        let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
+        args.extend_from_slice(extra_args);
+        let child = spawn_serving(data_dir, &args, keep);
         BinaryServer {
             addr,
             child: Some(child),
         }
     }
 
-    pub fn pid(&self) -> i32 {
+    pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }
 
-    pub async fn recorder(&self) -> RecorderClient {
-        ResponseRecorderServiceClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap()
+    pub(crate) async fn recorder(&self) -> RecorderClient {
+        recorder_client(self.addr).await
     }
 
-    pub async fn resumer(&self) -> ResumerClient {
-        ResponseResumerServiceClient::connect(format!("http://{}", self.addr))
-            .await
-            .unwrap()
+    pub(crate) async fn resumer(&self) -> ResumerClient {
+        resumer_client(self.addr).await
     }
 
     /// SIGKILLs the process (no chance to clean up) and reaps it.
-    pub fn kill(mut self) {
+    pub(crate) fn kill(mut self) {
         unsafe { libc::kill(self.pid(), libc::SIGKILL) };
         if let Some(mut child) = self.child.take() {
             let _ = child.wait();
@@ -353,7 +409,7 @@ impl BinaryServer {
 
     /// SIGTERMs the process and returns its exit status. Waits off the runtime so that this
     /// test's client connections can still answer the server's goodbye.
-    pub async fn terminate(mut self) -> std::process::ExitStatus {
+    pub(crate) async fn terminate(mut self) -> std::process::ExitStatus {
         unsafe { libc::kill(self.pid(), libc::SIGTERM) };
         let mut child = self.child.take().unwrap();
         tokio::task::spawn_blocking(move || child.wait().unwrap())
@@ -371,9 +427,53 @@ impl Drop for BinaryServer {
     }
 }
 
+/// A loopback address with a port that was free a moment ago: bound, read, released.
+pub(crate) fn free_port() -> SocketAddr {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap()
+}
+
+/// Starts `tapedeck serve --data-dir DATA_DIR ARGS` and returns once it logs that it listens
+/// (at most [`WAIT`]); its log keeps being drained, into `keep` if given.
+pub(crate) fn spawn_serving(
+    data_dir: &Path,
+    args: &[&str],
+    keep: Option<LogLines>,
+) -> std::process::Child {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .arg("serve")
+        .arg("--data-dir")
+        .arg(data_dir)
+        .args(args)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("cannot start the tapedeck binary");
+    let stderr = child.stderr.take().unwrap();
+    let (ready, listening) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if line.contains("tapedeck listening") {
+                let _ = ready.send(());
+            }
+            if let Some(keep) = &keep {
+                keep.lock().unwrap().push(line);
+            }
+        }
+    });
+    if listening.recv_timeout(WAIT).is_err() {
+        let _ = child.kill();
+        panic!("the binary did not start listening within {WAIT:?}");
+    }
+    child
+}
+
 /// Runs `tapedeck serve` with `args` until it exits by itself (at most [`WAIT`]), with
 /// `RUST_BACKTRACE=1` so that a panic would show; returns its exit status and its stderr.
-pub fn run_binary_to_exit(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
+pub(crate) fn run_binary_to_exit(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
         .args(args)
@@ -404,7 +504,7 @@ pub fn run_binary_to_exit(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatu
 
 /// Checks that a refused start printed exactly one line: an error naming `what` and telling
 /// what to do (`hint`), with no panic message and no backtrace.
-pub fn assert_one_clear_line(stderr: &str, what: &str, hint: &str) {
+pub(crate) fn assert_one_clear_line(stderr: &str, what: &str, hint: &str) {
     let lines: Vec<&str> = stderr.lines().filter(|l| !l.trim().is_empty()).collect();
     assert_eq!(lines.len(), 1, "expected exactly one line, got:\n{stderr}");
     let line = lines[0];
@@ -416,16 +516,38 @@ pub fn assert_one_clear_line(stderr: &str, what: &str, hint: &str) {
     }
 }
 
+/// Whether a test that mounts a tmpfs (root only) should run: only when `TAPEDECK_ROOT_TESTS=1`
+/// asks for it, as CI does. Otherwise it says, past the test harness's capture so that the
+/// `cargo test` output shows it, that `test` was skipped and why.
+pub(crate) fn root_tests_enabled(test: &str) -> bool {
+    use std::io::Write;
+    if std::env::var("TAPEDECK_ROOT_TESTS").as_deref() == Ok("1") {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "note: {test} SKIPPED: it mounts a tmpfs, which needs root; run it as root with \
+         TAPEDECK_ROOT_TESTS=1 (CI does)"
+    );
+    false
+}
+
+/// Whether this process runs as root (which ignores permission bits).
+pub(crate) fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    unsafe { libc::geteuid() == 0 }
+}
+
 /// A tmpfs mounted by the test on a fresh directory; unmounted when dropped. Tests that need
-/// one run as root (CI does); anything else is a clear failure, never a silent skip.
-pub struct Tmpfs {
-    pub path: PathBuf,
+/// one ask [`root_tests_enabled`] first; once asked for, a failed mount is a clear failure.
+pub(crate) struct Tmpfs {
+    pub(crate) path: PathBuf,
     _dir: tempfile::TempDir,
 }
 
 impl Tmpfs {
     /// Mounts a tmpfs of `size_bytes`; `read_only` mounts it read-only.
-    pub fn mount(size_bytes: u64, read_only: bool) -> Tmpfs {
+    pub(crate) fn mount(size_bytes: u64, read_only: bool) -> Tmpfs {
         use std::os::unix::ffi::OsStrExt;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().to_path_buf();
@@ -462,7 +584,7 @@ impl Drop for Tmpfs {
 }
 
 /// Resident memory of process `pid` in KiB, from `/proc/<pid>/status`.
-pub fn rss_kib(pid: i32) -> u64 {
+pub(crate) fn rss_kib(pid: i32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
         .lines()
@@ -472,11 +594,11 @@ pub fn rss_kib(pid: i32) -> u64 {
 }
 
 /// Log lines of a [`BinaryServer`] started with [`BinaryServer::spawn_logged`].
-pub type LogLines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+pub(crate) type LogLines = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
 
 impl BinaryServer {
     /// As [`BinaryServer::spawn`], also keeping every log line the server writes.
-    pub fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
+    pub(crate) fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
         let lines = LogLines::default();
         (
             Self::start(data_dir, extra_args, Some(lines.clone())),
@@ -485,25 +607,34 @@ impl BinaryServer {
     }
 }
 
-/// Opens a replay of `id` as soon as its recording has started (Record answers only at the
-/// end, so a test learns of the start by retrying `NOT_FOUND` until [`WAIT`] runs out).
-pub async fn replay_when_live(client: &RecorderClient, id: &[u8]) -> Streaming<ReplayResponse> {
-    tokio::time::timeout(WAIT, async {
-        loop {
-            match replay_from(client, id, 0).await {
-                Ok(stream) => return stream,
-                Err(err) if err.code() == tonic::Code::NotFound => tokio::task::yield_now().await,
-                Err(err) => panic!("replay of a starting recording failed: {err}"),
+/// Opens a replay of `id` from `offset` as soon as its recording has started. Record answers
+/// only at the end, so a test learns of the start by retrying `NOT_FOUND`, until [`WAIT`]
+/// runs out (then the last `NOT_FOUND` is returned); any other error is returned at once.
+pub(crate) async fn replay_when_live(
+    client: &RecorderClient,
+    id: &[u8],
+    offset: i64,
+) -> Result<Streaming<ReplayResponse>, Status> {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match replay_from(client, id, offset).await {
+            Err(err)
+                if err.code() == tonic::Code::NotFound
+                    && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::task::yield_now().await
             }
+            result => return result,
         }
-    })
-    .await
-    .expect("recording did not start in time")
+    }
 }
 
 impl TestServer {
     /// Starts a server on a store the test opened itself (with a manual clock, say).
-    pub async fn start_with_store(config: Config, store: tapedeck::store::Store) -> TestServer {
+    pub(crate) async fn start_with_store(
+        config: Config,
+        store: tapedeck::store::Store,
+    ) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
         let (shutdown, stop) = oneshot::channel::<()>();
@@ -524,7 +655,7 @@ impl TestServer {
 }
 
 /// Free bytes on the filesystem holding `path` (for unprivileged users, as `df` shows them).
-pub fn free_bytes(path: &Path) -> u64 {
+pub(crate) fn free_bytes(path: &Path) -> u64 {
     use std::os::unix::ffi::OsStrExt;
     let path = std::ffi::CString::new(path.as_os_str().as_bytes()).unwrap();
     let mut stats: libc::statvfs = unsafe { std::mem::zeroed() };

@@ -1,0 +1,144 @@
+//! Settings, with the real binary: every bad setting is refused with exit code 2 and one line
+//! naming the flag, before anything is opened; settings that look odd but mean something
+//! (`1.5h`, a host name) are accepted and used.
+mod common;
+
+use std::ffi::OsStr;
+
+use common::*;
+
+/// Starts `tapedeck serve` on a fresh data dir with `args`; checks it was refused as a bad
+/// command line: exit code 2, one clear line naming `flag` and saying `hint`, and nothing
+/// created on disk.
+fn assert_bad_setting(args: &[&str], flag: &str, hint: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let mut all: Vec<&OsStr> = vec![
+        OsStr::new("--listen"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+    ];
+    all.extend(args.iter().map(OsStr::new));
+    let (status, stderr) = run_binary_to_exit(&all);
+    assert_eq!(
+        status.code(),
+        Some(2),
+        "{args:?} gave {status}; stderr:\n{stderr}"
+    );
+    assert_one_clear_line(&stderr, flag, hint);
+    assert!(!data_dir.exists(), "{args:?} created the data dir");
+}
+
+#[test]
+fn a_zero_gc_interval_is_refused() {
+    assert_bad_setting(&["--gc-interval", "0s"], "--gc-interval", "more than zero");
+}
+
+#[test]
+fn a_zero_idle_timeout_is_refused() {
+    assert_bad_setting(
+        &["--idle-timeout", "0ms"],
+        "--idle-timeout",
+        "more than zero",
+    );
+}
+
+#[test]
+fn zero_sizes_are_refused() {
+    for flag in ["--max-chunk-bytes", "--max-recording-bytes"] {
+        assert_bad_setting(&[flag, "0"], flag, "more than zero");
+        assert_bad_setting(&[flag, "0KiB"], flag, "more than zero");
+    }
+}
+
+#[test]
+fn a_zero_live_limit_is_refused() {
+    assert_bad_setting(
+        &["--max-live-recordings", "0"],
+        "--max-live-recordings",
+        "not in 1..",
+    );
+}
+
+#[test]
+fn durations_that_overflow_are_refused() {
+    for flag in ["--retention", "--gc-interval", "--shutdown-timeout"] {
+        assert_bad_setting(&[flag, "99999999999999999d"], flag, "too large");
+    }
+}
+
+#[test]
+fn sizes_that_overflow_are_refused() {
+    for flag in ["--max-chunk-bytes", "--max-recording-bytes"] {
+        assert_bad_setting(&[flag, "99999999999GiB"], flag, "too large");
+    }
+}
+
+#[test]
+fn unknown_units_are_refused() {
+    assert_bad_setting(&["--retention", "3 fortnights"], "--retention", "duration");
+    assert_bad_setting(&["--max-chunk-bytes", "1MiBs"], "--max-chunk-bytes", "size");
+}
+
+#[test]
+fn an_address_that_is_not_one_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run_binary_to_exit(&[
+        OsStr::new("--listen"),
+        OsStr::new("no port here"),
+        OsStr::new("--data-dir"),
+        dir.path().as_os_str(),
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_one_clear_line(&stderr, "--listen", "host:port");
+}
+
+#[test]
+fn fractional_durations_and_host_names_are_accepted_and_used() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port().port().to_string();
+    let listen = format!("localhost:{port}");
+    let log = LogLines::default();
+    let args = [
+        "--listen",
+        &listen,
+        "--log-format",
+        "json",
+        "--retention",
+        "1.5h",
+        "--max-chunk-bytes",
+        "1.5KiB",
+    ];
+    let mut child = spawn_serving(dir.path(), &args, Some(log.clone()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = log.lock().unwrap();
+    let config = lines
+        .iter()
+        .find(|line| line.contains("starting with this configuration"))
+        .expect("the effective configuration is logged");
+    assert!(config.contains(r#""retention":"1h 30m""#), "{config}");
+    assert!(config.contains(r#""max_chunk_bytes":"1536""#), "{config}");
+    let listening = lines
+        .iter()
+        .find(|line| line.contains("tapedeck listening"))
+        .unwrap();
+    assert!(listening.contains(&format!(":{port}")), "{listening}");
+}
+
+#[test]
+fn text_logs_to_a_pipe_carry_no_colour_escapes() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port().to_string();
+    let log = LogLines::default();
+    let args = ["--listen", &listen, "--log-format", "text"];
+    let mut child = spawn_serving(dir.path(), &args, Some(log.clone()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = log.lock().unwrap();
+    assert!(lines.iter().any(|l| l.contains("tapedeck listening")));
+    for line in lines.iter() {
+        assert!(!line.contains('\u{1b}'), "escape code in: {line:?}");
+    }
+}
