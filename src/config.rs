@@ -3,6 +3,8 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use crate::access::AccessConfig;
+
 /// Settings of a tapedeck server. `Config::default()` is what `tapedeck serve` runs with.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -24,6 +26,22 @@ pub struct Config {
     pub max_live_recordings: usize,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,
+    /// API keys and grant keys; nothing configured (the default) turns access control off.
+    pub access: AccessConfig,
+    /// Serve gRPC over TLS with these files. Default plaintext.
+    pub tls: Option<TlsFiles>,
+}
+
+/// PEM files of the server's TLS identity, and optionally of the CA its clients' certificates
+/// must chain to (mutual TLS).
+#[derive(Debug, Clone)]
+pub struct TlsFiles {
+    /// Certificate chain.
+    pub cert: PathBuf,
+    /// Private key.
+    pub key: PathBuf,
+    /// CA of client certificates; when set, clients must present one.
+    pub client_ca: Option<PathBuf>,
 }
 
 impl Config {
@@ -45,6 +63,8 @@ impl Default for Config {
             max_recording_bytes: 64 * 1024 * 1024,
             max_live_recordings: 10_000,
             shutdown_timeout: Duration::from_secs(10),
+            access: AccessConfig::default(),
+            tls: None,
         }
     }
 }

@@ -88,6 +88,42 @@ pub enum Error {
         /// The offset asked for.
         offset: i64,
     },
+    /// The call's credentials are missing or wrong.
+    #[error("unauthenticated: {reason}")]
+    Unauthenticated {
+        /// Which credential, and what is wrong with it; never the credential itself.
+        reason: String,
+    },
+    /// The caller's credentials do not allow this.
+    #[error("{caller} may not {action} conversation {id}: that needs {needs}")]
+    PermissionDenied {
+        /// Who called: an API key's name, a grant's subject.
+        caller: String,
+        /// What it tried.
+        action: &'static str,
+        /// The conversation, as the caller sent it.
+        id: String,
+        /// The access that would be needed.
+        needs: &'static str,
+    },
+    /// An API key setting that is not `name=secret`.
+    #[error("bad API key setting: {reason}")]
+    BadApiKey {
+        /// What is wrong; never the secret.
+        reason: String,
+    },
+    /// A JWT key that cannot be used.
+    #[error("bad JWT key: {reason}")]
+    BadJwtKey {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The TLS settings cannot be used.
+    #[error("cannot set up TLS: {reason}")]
+    Tls {
+        /// What is wrong.
+        reason: String,
+    },
     /// A newer recording of the conversation replaced this one.
     #[error("the recording was superseded by a newer recording of the same conversation")]
     Superseded,
@@ -296,6 +332,8 @@ impl Error {
             | Error::DiskFull { .. }
             | Error::StoreFull => Code::ResourceExhausted,
             Error::RecordingNotFound { .. } => Code::NotFound,
+            Error::Unauthenticated { .. } => Code::Unauthenticated,
+            Error::PermissionDenied { .. } => Code::PermissionDenied,
             Error::OffsetOutOfRange { .. } => Code::OutOfRange,
             Error::Superseded | Error::RecordingEnded => Code::Aborted,
             Error::ShuttingDown => Code::Unavailable,
@@ -316,7 +354,10 @@ impl Error {
             | Error::Listener { .. }
             | Error::Bind { .. }
             | Error::Reflection(_)
-            | Error::Serve(_) => Code::Internal,
+            | Error::Serve(_)
+            | Error::BadApiKey { .. }
+            | Error::BadJwtKey { .. }
+            | Error::Tls { .. } => Code::Internal,
         }
     }
 

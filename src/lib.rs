@@ -6,6 +6,7 @@
 //! - [`config`]: `Config`, every setting with its unit and default.
 //! - [`error`]: the one error enum, keeping causes; what a client may read is decided there.
 //! - [`id`]: `ConversationId`, the wire forms of a conversation id, shown as the caller sent it.
+//! - [`access`]: credentials (API keys, signed grants) → a principal; the rules per operation.
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
 //! - [`recorder`]: the domain core: live recordings (status, committed high-water mark, the
 //!   live registry and its limit, supersede), producer sessions, replays, cancel, the live
@@ -21,6 +22,7 @@
 //! publishes it back to the recorder's live recording, whose replays send it on. See
 //! `ARCHITECTURE.md` for more.
 
+pub mod access;
 pub mod clock;
 pub mod config;
 pub mod error;

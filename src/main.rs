@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use tapedeck::Config;
+use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
+use tapedeck::config::TlsFiles;
 
 /// Exit code of a command line that cannot be run as given (clap's own, for usage errors).
 const USAGE_EXIT: u8 = 2;
@@ -27,6 +29,31 @@ struct Cli {
 enum Command {
     /// Serve the gRPC recorder until SIGINT/SIGTERM.
     Serve(Box<ServeArgs>),
+    /// Print a signed grant (an HS256 JWT) for a user, as an agent app would issue it.
+    Token(TokenArgs),
+}
+
+#[derive(clap::Args)]
+struct TokenArgs {
+    /// The shared secret the server checks grants with (its --jwt-secret).
+    #[arg(long, env = "TAPEDECK_JWT_SECRET", hide_env_values = true)]
+    jwt_secret: String,
+    /// Who the grant is for (`sub`).
+    #[arg(long)]
+    subject: String,
+    /// A conversation and the role on it, `ID=reader` or `ID=writer`; `*=reader` for all
+    /// (repeatable).
+    #[arg(long = "conversation", value_name = "ID=ROLE", value_parser = parse_grant)]
+    conversations: Vec<(String, Role)>,
+    /// How long the grant is valid.
+    #[arg(long, value_parser = parse_positive_duration, default_value = "15m")]
+    ttl: humantime::Duration,
+    /// Issuer (`iss`), if the server checks one.
+    #[arg(long)]
+    issuer: Option<String>,
+    /// Audience (`aud`), if the server checks one.
+    #[arg(long)]
+    audience: Option<String>,
 }
 
 /// Every default comes from `Config::default()`, written once in `src/config.rs`.
@@ -71,6 +98,44 @@ struct ServeArgs {
     /// Log format.
     #[arg(long, env = "TAPEDECK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     log_format: LogFormat,
+    /// An API key of a trusted service, `name=secret` (repeatable; the env var takes a
+    /// comma-separated list). Any credential turns access control on.
+    #[arg(
+        long = "api-key",
+        env = "TAPEDECK_API_KEYS",
+        value_name = "NAME=SECRET",
+        value_delimiter = ',',
+        hide_env_values = true
+    )]
+    api_keys: Vec<String>,
+    /// A file of API keys: one `name=secret` a line, `#` comments.
+    #[arg(long, env = "TAPEDECK_API_KEYS_FILE")]
+    api_keys_file: Option<PathBuf>,
+    /// Shared secret of HS256 grants (bearer tokens).
+    #[arg(long, env = "TAPEDECK_JWT_SECRET", hide_env_values = true)]
+    jwt_secret: Option<String>,
+    /// PEM public key of RS256, ES256 or EdDSA grants.
+    #[arg(long, env = "TAPEDECK_JWT_PUBLIC_KEY")]
+    jwt_public_key: Option<PathBuf>,
+    /// The issuer (`iss`) grants must name.
+    #[arg(long, env = "TAPEDECK_JWT_ISSUER")]
+    jwt_issuer: Option<String>,
+    /// The audience (`aud`) grants must name.
+    #[arg(long, env = "TAPEDECK_JWT_AUDIENCE")]
+    jwt_audience: Option<String>,
+    /// Serve a non-loopback address with no credentials configured (anyone who can reach the
+    /// port may then read and cancel every recording).
+    #[arg(long, env = "TAPEDECK_ALLOW_UNAUTHENTICATED")]
+    allow_unauthenticated: bool,
+    /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
+    #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
+    tls_cert: Option<PathBuf>,
+    /// PEM private key of --tls-cert.
+    #[arg(long, env = "TAPEDECK_TLS_KEY", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
+    /// PEM CA certificate: clients must present a certificate it signed (mutual TLS).
+    #[arg(long, env = "TAPEDECK_TLS_CLIENT_CA", requires = "tls_cert")]
+    tls_client_ca: Option<PathBuf>,
 }
 
 #[derive(Clone, Copy, ValueEnum)]
@@ -104,12 +169,34 @@ fn main() -> ExitCode {
         Err(err) => {
             let text = err.to_string();
             let first = text.lines().next().unwrap_or_default();
-            eprintln!("tapedeck: error: {}", first.trim_start_matches("error: "));
-            return ExitCode::from(USAGE_EXIT);
+            return usage_error(first.trim_start_matches("error: "));
         }
     };
-    let Command::Serve(args) = cli.command;
+    let args = match cli.command {
+        Command::Serve(args) => args,
+        Command::Token(args) => return token(args),
+    };
+    let access = match access_config(&args) {
+        Ok(access) => access,
+        Err(err) => return usage_error(&err.to_string()),
+    };
+    if !args.listen.ip().is_loopback() && !access.is_enabled() && !args.allow_unauthenticated {
+        return usage_error(&format!(
+            "refusing to serve {} without access control: anyone who can reach it could read \
+             and cancel every recording; configure --api-key, --jwt-secret or \
+             --jwt-public-key, or pass --allow-unauthenticated",
+            args.listen
+        ));
+    }
     init_tracing(args.log_format);
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(TlsFiles {
+            cert: cert.clone(),
+            key: key.clone(),
+            client_ca: args.tls_client_ca.clone(),
+        }),
+        _ => None,
+    };
     let config = Config {
         listen: args.listen,
         data_dir: args.data_dir,
@@ -120,6 +207,8 @@ fn main() -> ExitCode {
         max_recording_bytes: args.max_recording_bytes.0,
         max_live_recordings: args.max_live_recordings as usize,
         shutdown_timeout: args.shutdown_timeout.into(),
+        access,
+        tls,
     };
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -129,6 +218,70 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Says what is wrong with the command line, on one line, and exits with code 2.
+fn usage_error(message: &str) -> ExitCode {
+    eprintln!("tapedeck: error: {message}");
+    ExitCode::from(USAGE_EXIT)
+}
+
+/// The access settings of `args`. API keys are parsed here rather than by clap, whose error
+/// would repeat the text given, secret included.
+fn access_config(args: &ServeArgs) -> tapedeck::Result<AccessConfig> {
+    let mut api_keys = args
+        .api_keys
+        .iter()
+        .map(|text| ApiKey::parse(text))
+        .collect::<tapedeck::Result<Vec<_>>>()?;
+    if let Some(file) = &args.api_keys_file {
+        api_keys.extend(ApiKey::read_file(file)?);
+    }
+    Ok(AccessConfig {
+        api_keys,
+        jwt_secret: args.jwt_secret.clone().map(Secret::new),
+        jwt_public_key: args.jwt_public_key.clone(),
+        jwt_issuer: args.jwt_issuer.clone(),
+        jwt_audience: args.jwt_audience.clone(),
+    })
+}
+
+/// `tapedeck token`: prints a signed grant on stdout.
+fn token(args: TokenArgs) -> ExitCode {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let claims = Claims {
+        sub: args.subject,
+        exp: now.saturating_add(Duration::from(args.ttl).as_secs()),
+        nbf: None,
+        iss: args.issuer,
+        aud: args.audience,
+        conversations: args.conversations.into_iter().collect(),
+    };
+    match tapedeck::access::mint(&Secret::new(args.jwt_secret), &claims) {
+        Ok(token) => {
+            println!("{token}");
+            ExitCode::SUCCESS
+        }
+        Err(err) => {
+            eprintln!("tapedeck: error: {err}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+/// `ID=reader` or `ID=writer`.
+fn parse_grant(text: &str) -> Result<(String, Role), String> {
+    let (id, role) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("`{text}` is not ID=reader or ID=writer"))?;
+    let role = match role {
+        "reader" => Role::Reader,
+        "writer" => Role::Writer,
+        other => return Err(format!("unknown role `{other}`; use reader or writer")),
+    };
+    Ok((id.to_string(), role))
 }
 
 /// The error and its causes on one line, skipping causes its message already spells out.
@@ -211,6 +364,13 @@ fn log_config(config: &Config) {
         max_recording_bytes = %Bytes(config.max_recording_bytes),
         max_live_recordings = config.max_live_recordings,
         shutdown_timeout = %humantime::format_duration(config.shutdown_timeout),
+        api_keys = ?config.access.api_keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
+        jwt_secret = config.access.jwt_secret.is_some(),
+        jwt_public_key = ?config.access.jwt_public_key,
+        jwt_issuer = ?config.access.jwt_issuer,
+        jwt_audience = ?config.access.jwt_audience,
+        tls = config.tls.is_some(),
+        mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         "starting with this configuration"
     );
 }

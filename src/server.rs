@@ -4,10 +4,11 @@ use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
-use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
-use crate::config::Config;
+use crate::access::Guard;
+use crate::config::{Config, TlsFiles};
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::recorder::{Limits, Recorder, sweeper};
@@ -65,7 +66,15 @@ pub async fn run(
         config.idle_timeout,
         lifecycle.stop.clone(),
     ));
-    let (routes, health) = grpc::routes(&recorder, config.max_chunk_bytes, &lifecycle).await?;
+    let guard = Guard::new(&config.access)?;
+    let (routes, health) =
+        grpc::routes(&recorder, config.max_chunk_bytes, &guard, &lifecycle).await?;
+    let mut server = Server::builder();
+    if let Some(files) = &config.tls {
+        server = server
+            .tls_config(tls_config(files)?)
+            .map_err(|err| tls_error(&err))?;
+    }
 
     // Shutdown order: health says NOT_SERVING, every live recording ends (producers get their
     // answer, replays see the end), calls still waiting for a first message give up; only
@@ -90,12 +99,12 @@ pub async fn run(
         addr: "the given listener".into(),
         source,
     })?;
-    tracing::info!(%addr, "tapedeck listening");
+    tracing::info!(%addr, tls = config.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(KEEPALIVE_INTERVAL));
-    let serve = Server::builder()
+    let serve = server
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .add_routes(routes)
@@ -122,4 +131,27 @@ pub async fn run(
     drop(recorder);
     store.close().await;
     served.map_err(Error::Serve)
+}
+
+/// The TLS settings `files` name, read now.
+///
+/// Fails with `Tls` when a file cannot be read.
+fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
+    let read = |path: &std::path::Path| {
+        std::fs::read(path).map_err(|err| Error::Tls {
+            reason: format!("cannot read {}: {err}", path.display()),
+        })
+    };
+    let identity = Identity::from_pem(read(&files.cert)?, read(&files.key)?);
+    let mut tls = ServerTlsConfig::new().identity(identity);
+    if let Some(ca) = &files.client_ca {
+        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
+    }
+    Ok(tls)
+}
+
+fn tls_error(err: &dyn std::error::Error) -> Error {
+    Error::Tls {
+        reason: err.to_string(),
+    }
 }

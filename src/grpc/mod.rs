@@ -17,6 +17,7 @@ use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
 use tonic::{Code, Status, Streaming};
 
+use crate::access::{Guard, Principal};
 use crate::error::Error;
 use crate::id::ConversationId;
 use crate::recorder::{Piece, Recorder, Replay};
@@ -48,6 +49,42 @@ fn incoming_error(status: Status) -> Status {
         ));
     }
     status
+}
+
+/// The principal of a call, from its `x-api-key` and `authorization: Bearer …` metadata.
+/// A refusal is logged once, with its reason (never the credential).
+fn principal(guard: &Guard, metadata: &MetadataMap) -> Result<Principal, Status> {
+    let authenticated =
+        credentials(metadata).and_then(|(api_key, bearer)| guard.authenticate(api_key, bearer));
+    authenticated.map_err(|err| {
+        tracing::warn!(error = %err, "call refused");
+        err.into()
+    })
+}
+
+/// The API key and bearer token a call sent, if any.
+fn credentials(metadata: &MetadataMap) -> Result<(Option<&str>, Option<&str>), Error> {
+    let text = |name| match metadata.get(name) {
+        None => Ok(None),
+        Some(value) => value
+            .to_str()
+            .map(Some)
+            .map_err(|_| Error::Unauthenticated {
+                reason: format!("the {name} metadata is not ASCII text"),
+            }),
+    };
+    let bearer = match text("authorization")? {
+        None => None,
+        Some(value) => match value.split_once(' ') {
+            Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => Some(token.trim()),
+            _ => {
+                return Err(Error::Unauthenticated {
+                    reason: "authorization must be `Bearer <token>`".into(),
+                });
+            }
+        },
+    };
+    Ok((text("x-api-key")?, bearer))
 }
 
 /// The first message of a producer's stream, unless the server begins to shut down first.
@@ -82,10 +119,12 @@ const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
 /// a replay the client abandons is dropped with its stream.
 async fn stream_replay<T: Send + 'static>(
     recorder: &Recorder,
+    principal: &Principal,
     id: &ConversationId,
     offset: u64,
     message: fn(Piece) -> T,
 ) -> Result<ReplayStream<T>, Status> {
+    principal.authorize(crate::access::Operation::Replay, id)?;
     let replay = recorder.replay(id, offset).await?;
     let stream = futures::stream::unfold(
         Some((replay, FIRST_MESSAGE_BYTES)),

@@ -2,8 +2,10 @@
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
-    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, stream_replay,
+    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
+    stream_replay,
 };
+use crate::access::{Guard, Operation};
 use crate::pb::response_recorder_service_server::ResponseRecorderService;
 use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
@@ -15,14 +17,16 @@ use crate::recorder::{Producer, Progress, Recorder, Status as RecordingStatus};
 #[derive(Clone, Debug)]
 pub struct RecorderService {
     recorder: Recorder,
+    guard: Guard,
     lifecycle: Lifecycle,
 }
 
 impl RecorderService {
     /// A service answering from `recorder`, stopping with `lifecycle`.
-    pub fn new(recorder: Recorder, lifecycle: Lifecycle) -> Self {
+    pub fn new(recorder: Recorder, guard: Guard, lifecycle: Lifecycle) -> Self {
         Self {
             recorder,
+            guard,
             lifecycle,
         }
     }
@@ -34,9 +38,11 @@ impl ResponseRecorderService for RecorderService {
         &self,
         request: Request<Streaming<RecordRequest>>,
     ) -> Result<Response<RecordResponse>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let mut stream = request.into_inner();
         let first = first_message(&mut stream, &self.lifecycle.stop).await?;
         let id = parse_id(&first.conversation_id)?;
+        principal.authorize(Operation::Record, &id)?;
         let producer = self.recorder.start(id).await?;
         record_stream(producer, first, stream)
             .await
@@ -49,13 +55,16 @@ impl ResponseRecorderService for RecorderService {
         &self,
         request: Request<ReplayRequest>,
     ) -> Result<Response<Self::ReplayStream>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_offset)?;
-        let stream = stream_replay(&self.recorder, &id, offset, |piece| ReplayResponse {
-            content: piece.text,
-            redirect_address: String::new(),
-            offset: piece.end_offset as i64,
+        let stream = stream_replay(&self.recorder, &principal, &id, offset, |piece| {
+            ReplayResponse {
+                content: piece.text,
+                redirect_address: String::new(),
+                offset: piece.end_offset as i64,
+            }
         })
         .await?;
         Ok(Response::new(stream))
@@ -65,7 +74,9 @@ impl ResponseRecorderService for RecorderService {
         &self,
         request: Request<CancelRecordRequest>,
     ) -> Result<Response<CancelRecordResponse>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
+        principal.authorize(Operation::Cancel, &id)?;
         let accepted = self.recorder.cancel(&id).await?;
         Ok(Response::new(CancelRecordResponse {
             accepted,
@@ -81,8 +92,10 @@ impl ResponseRecorderService for RecorderService {
         &self,
         request: Request<CheckRecordingsRequest>,
     ) -> Result<Response<CheckRecordingsResponse>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
-        let conversation_ids = self.recorder.check_live(&ids)?;
+        let visible = |id: &_| principal.may(Operation::Replay, id);
+        let conversation_ids = self.recorder.check_live(&ids, visible)?;
         Ok(Response::new(CheckRecordingsResponse { conversation_ids }))
     }
 }

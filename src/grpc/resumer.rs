@@ -9,8 +9,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
-    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, stream_replay,
+    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
+    stream_replay,
 };
+use crate::access::{Guard, Operation};
 use crate::pb::response_resumer_service_server::ResponseResumerService;
 use crate::pb::{
     CancelResponseRequest, CancelResponseResponse, CheckConversationsRequest,
@@ -28,14 +30,16 @@ const RESPONSE_BUFFER: usize = 64;
 #[derive(Clone, Debug)]
 pub struct ResumerService {
     recorder: Recorder,
+    guard: Guard,
     lifecycle: Lifecycle,
 }
 
 impl ResumerService {
     /// A service answering from `recorder`, its producer sessions owned by `lifecycle`.
-    pub fn new(recorder: Recorder, lifecycle: Lifecycle) -> Self {
+    pub fn new(recorder: Recorder, guard: Guard, lifecycle: Lifecycle) -> Self {
         Self {
             recorder,
+            guard,
             lifecycle,
         }
     }
@@ -53,13 +57,14 @@ impl ResponseResumerService for ResumerService {
     ) -> Result<Response<TokenResponses>, Status> {
         // Answer with headers at once: a bidirectional client may wait for them before it
         // sends its first token. Errors in the first message end the stream instead.
+        let principal = principal(&self.guard, request.metadata())?;
         let recorder = self.recorder.clone();
         let stop = self.lifecycle.stop.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
         // Owned by the server's tracker: shutdown ends the recording, which ends this session.
         self.lifecycle.tasks.spawn(async move {
             let mut requests = request.into_inner();
-            match start_producer(&recorder, &mut requests, &stop).await {
+            match start_producer(&recorder, &principal, &mut requests, &stop).await {
                 Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -75,10 +80,11 @@ impl ResponseResumerService for ResumerService {
         &self,
         request: Request<ReplayResponseTokensRequest>,
     ) -> Result<Response<Self::ReplayResponseTokensStream>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_position)?;
-        let stream = stream_replay(&self.recorder, &id, offset, |piece| {
+        let stream = stream_replay(&self.recorder, &principal, &id, offset, |piece| {
             ReplayResponseTokensResponse {
                 token: piece.text,
                 offset: piece.end_offset as i64,
@@ -92,7 +98,9 @@ impl ResponseResumerService for ResumerService {
         &self,
         request: Request<CancelResponseRequest>,
     ) -> Result<Response<CancelResponseResponse>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
+        principal.authorize(Operation::Cancel, &id)?;
         let accepted = self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?;
         Ok(Response::new(CancelResponseResponse { accepted }))
     }
@@ -105,8 +113,10 @@ impl ResponseResumerService for ResumerService {
         &self,
         request: Request<CheckConversationsRequest>,
     ) -> Result<Response<CheckConversationsResponse>, Status> {
+        let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
-        let conversation_ids = self.recorder.check_live(&ids)?;
+        let visible = |id: &_| principal.may(Operation::Replay, id);
+        let conversation_ids = self.recorder.check_live(&ids, visible)?;
         Ok(Response::new(CheckConversationsResponse {
             conversation_ids,
         }))
@@ -116,11 +126,13 @@ impl ResponseResumerService for ResumerService {
 /// Reads the first request and starts the recording it names.
 async fn start_producer(
     recorder: &Recorder,
+    principal: &crate::access::Principal,
     requests: &mut Streaming<StreamResponseTokenRequest>,
     stop: &tokio_util::sync::CancellationToken,
 ) -> Result<(Producer, StreamResponseTokenRequest), Status> {
     let first = first_message(requests, stop).await?;
     let id = parse_id(&first.conversation_id)?;
+    principal.authorize(Operation::Record, &id)?;
     Ok((recorder.start(id).await?, first))
 }
 

@@ -7,6 +7,7 @@ use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
 use super::{RecorderService, ResumerService};
+use crate::access::Guard;
 use crate::error::{Error, Result};
 use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
 use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
@@ -51,13 +52,15 @@ impl Health {
 }
 
 /// The gRPC services over `recorder`: the current and the legacy Memory Service APIs, health
-/// (everything SERVING) and reflection (v1 and v1alpha). Requests may carry a chunk of up to
+/// (everything SERVING) and reflection (v1 and v1alpha), both open to anyone; the two APIs
+/// check each call's credentials with `guard`. Requests may carry a chunk of up to
 /// `max_chunk_bytes`.
 ///
 /// Fails with `Reflection` when the reflection service cannot be built.
 pub async fn routes(
     recorder: &Recorder,
     max_chunk_bytes: usize,
+    guard: &Guard,
     lifecycle: &Lifecycle,
 ) -> Result<(Routes, Health)> {
     let max_message = max_chunk_bytes
@@ -78,8 +81,8 @@ pub async fn routes(
     };
     let reflection_v1 = reflection().build_v1().map_err(Error::Reflection)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::Reflection)?;
-    let current = RecorderService::new(recorder.clone(), lifecycle.clone());
-    let legacy = ResumerService::new(recorder.clone(), lifecycle.clone());
+    let current = RecorderService::new(recorder.clone(), guard.clone(), lifecycle.clone());
+    let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone());
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

@@ -117,25 +117,29 @@ impl Recorder {
         Ok(accepted)
     }
 
-    /// The ids among `ids` whose recording is live: request order, first of duplicates (by
-    /// conversation) kept, each in the form the caller sent.
+    /// The ids among `ids` whose recording is live and that `visible` lets the caller see:
+    /// request order, first of duplicates (by conversation) kept, each in the form the caller
+    /// sent. Malformed ids are left out, as Memory Service does, rather than failing the call.
     ///
-    /// Fails with `TooManyIds` over [`MAX_CHECK_IDS`], or `InvalidConversationId`.
-    pub fn check_live(&self, ids: &[Vec<u8>]) -> Result<Vec<Vec<u8>>> {
+    /// Fails with `TooManyIds` over [`MAX_CHECK_IDS`].
+    pub fn check_live(
+        &self,
+        ids: &[Vec<u8>],
+        visible: impl Fn(&ConversationId) -> bool,
+    ) -> Result<Vec<Vec<u8>>> {
         if ids.len() > MAX_CHECK_IDS {
             return Err(Error::TooManyIds {
                 count: ids.len(),
                 max: MAX_CHECK_IDS,
             });
         }
-        let parsed = ids
-            .iter()
-            .map(|raw| ConversationId::parse(raw))
-            .collect::<Result<Vec<_>>>()?;
         let mut seen = std::collections::HashSet::new();
-        Ok(parsed
-            .into_iter()
-            .filter(|id| seen.insert(id.key()) && self.recordings.live(id.key()).is_some())
+        Ok(ids
+            .iter()
+            .filter_map(|raw| ConversationId::parse(raw).ok())
+            .filter(|id| {
+                seen.insert(id.key()) && visible(id) && self.recordings.live(id.key()).is_some()
+            })
             .map(|id| id.original().to_vec())
             .collect())
     }
