@@ -1,0 +1,206 @@
+//! Access control as deployed: protected mode and credential settings with the real binary;
+//! TLS and mutual TLS with real certificates (made by rcgen) and a real TLS client; grants
+//! minted by `tapedeck token` accepted by a server checking them.
+mod common;
+
+use std::ffi::OsStr;
+use std::path::Path;
+
+use common::*;
+use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+use tapedeck::access::{AccessConfig, Secret};
+use tapedeck::config::TlsFiles;
+use tapedeck::pb::ReplayRequest;
+use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
+
+#[test]
+fn a_public_address_without_credentials_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run_binary_to_exit(&[
+        OsStr::new("--listen"),
+        OsStr::new("0.0.0.0:0"),
+        OsStr::new("--data-dir"),
+        dir.path().as_os_str(),
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_one_clear_line(&stderr, "without access control", "--allow-unauthenticated");
+    assert!(!dir.path().join("tapedeck.redb").exists());
+}
+
+#[test]
+fn a_public_address_serves_with_credentials_or_when_allowed() {
+    for extra in [
+        ["--api-key", "agent=s3cret"],
+        ["--allow-unauthenticated", "--"],
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let port = free_port().port().to_string();
+        let listen = format!("0.0.0.0:{port}");
+        let mut args = vec!["--listen", listen.as_str()];
+        args.extend(extra.iter().filter(|a| **a != "--"));
+        let mut child = spawn_serving(dir.path(), &args, None);
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+}
+
+#[test]
+fn a_malformed_api_key_is_refused_without_echoing_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (status, stderr) = run_binary_to_exit(&[
+        OsStr::new("--api-key"),
+        OsStr::new("justasecretvalue"),
+        OsStr::new("--data-dir"),
+        dir.path().as_os_str(),
+    ]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_one_clear_line(&stderr, "API key", "name=secret");
+    assert!(!stderr.contains("justasecretvalue"), "{stderr}");
+}
+
+#[tokio::test]
+async fn a_grant_from_tapedeck_token_is_accepted() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["token", "--jwt-secret", "shh", "--subject", "user-7"])
+        .args(["--conversation", "chat-42=writer", "--ttl", "15m"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let token = String::from_utf8(output.stdout).unwrap().trim().to_string();
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.access = AccessConfig {
+        jwt_secret: Some(Secret::new("shh")),
+        ..AccessConfig::default()
+    };
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let mut request = tonic::Request::new(tokio_stream::iter(vec![tapedeck::pb::RecordRequest {
+        conversation_id: b"chat-42".to_vec(),
+        content: "granted".into(),
+        complete: true,
+    }]));
+    let bearer = format!("Bearer {token}").parse().unwrap();
+    request.metadata_mut().insert("authorization", bearer);
+    let answer = client.clone().record(request).await.unwrap().into_inner();
+    assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32);
+    // The same grant names no other conversation.
+    let mut other = tonic::Request::new(ReplayRequest {
+        conversation_id: b"chat-43".to_vec(),
+        resume_offset: 0,
+    });
+    let bearer = format!("Bearer {token}").parse().unwrap();
+    other.metadata_mut().insert("authorization", bearer);
+    let err = client.clone().replay(other).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    server.stop().await;
+}
+
+/// A CA, a server certificate for `localhost` and a client certificate, as PEM files in `dir`.
+struct Pki {
+    ca: String,
+    client_cert: String,
+    client_key: String,
+    files: TlsFiles,
+}
+
+fn pki(dir: &Path) -> Pki {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(ca_params, KeyPair::generate().unwrap()).unwrap();
+    let leaf = |name: &str| {
+        let key = KeyPair::generate().unwrap();
+        let params = CertificateParams::new(vec![name.to_string()]).unwrap();
+        let cert = params.signed_by(&key, &ca).unwrap();
+        (cert.pem(), key.serialize_pem())
+    };
+    let (server_cert, server_key) = leaf("localhost");
+    let (client_cert, client_key) = leaf("agent");
+    let write = |name: &str, text: &str| {
+        let path = dir.join(name);
+        std::fs::write(&path, text).unwrap();
+        path
+    };
+    let files = TlsFiles {
+        cert: write("server.pem", &server_cert),
+        key: write("server.key", &server_key),
+        client_ca: None,
+    };
+    write("ca.pem", &ca.pem());
+    Pki {
+        ca: ca.pem(),
+        client_cert,
+        client_key,
+        files,
+    }
+}
+
+/// A TLS client of the current API at `addr`, trusting `pki`'s CA, presenting its client
+/// certificate when `identify`.
+async fn tls_client(
+    addr: std::net::SocketAddr,
+    pki: &Pki,
+    identify: bool,
+) -> Result<RecorderClient, tonic::transport::Error> {
+    let mut tls = ClientTlsConfig::new()
+        .ca_certificate(Certificate::from_pem(&pki.ca))
+        .domain_name("localhost");
+    if identify {
+        tls = tls.identity(Identity::from_pem(&pki.client_cert, &pki.client_key));
+    }
+    let channel = Channel::from_shared(format!("https://localhost:{}", addr.port()))
+        .unwrap()
+        .tls_config(tls)?
+        .connect()
+        .await?;
+    Ok(ResponseRecorderServiceClient::new(channel))
+}
+
+#[tokio::test]
+async fn tls_serves_tls_clients_and_refuses_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let mut config = test_config(&dir.path().join("data"));
+    config.tls = Some(pki.files.clone());
+    let server = TestServer::start(config).await;
+
+    let client = tls_client(server.addr, &pki, false).await.unwrap();
+    record_all(&client, b"over-tls", &["private ", "words"]).await;
+    assert_eq!(
+        replay_text(&client, b"over-tls").await.unwrap().text,
+        "private words"
+    );
+    // A plaintext client gets nothing.
+    let plain = ResponseRecorderServiceClient::connect(server.url()).await;
+    if let Ok(mut plain) = plain {
+        let request = ReplayRequest {
+            conversation_id: b"over-tls".to_vec(),
+            resume_offset: 0,
+        };
+        assert!(plain.replay(request).await.is_err());
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn mutual_tls_requires_a_client_certificate_from_the_ca() {
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let mut config = test_config(&dir.path().join("data"));
+    let mut files = pki.files.clone();
+    files.client_ca = Some(dir.path().join("ca.pem"));
+    config.tls = Some(files);
+    let server = TestServer::start(config).await;
+
+    let identified = tls_client(server.addr, &pki, true).await.unwrap();
+    record_all(&identified, b"mutual", &["both ", "sides"]).await;
+
+    // Without a certificate the handshake, or the first call, fails.
+    match tls_client(server.addr, &pki, false).await {
+        Err(_) => {}
+        Ok(anonymous) => assert!(replay_text(&anonymous, b"mutual").await.is_err()),
+    }
+    server.stop().await;
+}
