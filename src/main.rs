@@ -79,7 +79,7 @@ struct ServeArgs {
           default_value_t = humantime::Duration::from(Config::default().idle_timeout))]
     idle_timeout: humantime::Duration,
     /// Largest chunk (e.g. 1MiB, 512KiB, 4096; KB and MB are powers of 1000).
-    #[arg(long, env = "TAPEDECK_MAX_CHUNK_BYTES", value_parser = parse_positive_size,
+    #[arg(long, env = "TAPEDECK_MAX_CHUNK_BYTES", value_parser = parse_chunk_size,
           default_value_t = Bytes(Config::default().max_chunk_bytes as u64))]
     max_chunk_bytes: Bytes,
     /// Largest recording.
@@ -385,10 +385,16 @@ fn parse_listen(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("`{text}` resolves to no address"))
 }
 
-/// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime.
+/// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime; at most
+/// what the store can count in u64 milliseconds.
 fn parse_duration(text: &str) -> Result<humantime::Duration, String> {
-    text.parse::<humantime::Duration>()
-        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))
+    let duration = text
+        .parse::<humantime::Duration>()
+        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))?;
+    if Duration::from(duration).as_millis() > u128::from(u64::MAX) {
+        return Err(format!("`{text}` is too large to count in milliseconds"));
+    }
+    Ok(duration)
 }
 
 /// As [`parse_duration`], refusing zero.
@@ -398,6 +404,18 @@ fn parse_positive_duration(text: &str) -> Result<humantime::Duration, String> {
         return Err("it must be more than zero".into());
     }
     Ok(duration)
+}
+
+/// A chunk size: more than zero, and less than 4 GiB so that a chunk fits in one gRPC message
+/// (whose length is 32 bits).
+fn parse_chunk_size(text: &str) -> Result<Bytes, String> {
+    let size = parse_positive_size(text)?;
+    if size.0 >= 1 << 32 {
+        return Err(format!(
+            "`{text}` is too large: a chunk travels in one gRPC message, under 4GiB"
+        ));
+    }
+    Ok(size)
 }
 
 /// A size more than zero, such as `4096`, `512KiB` or `1MiB`, parsed by parse-size.

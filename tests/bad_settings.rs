@@ -69,6 +69,24 @@ fn durations_that_overflow_are_refused() {
 }
 
 #[test]
+fn durations_too_long_for_the_millisecond_clock_are_refused() {
+    assert_bad_setting(
+        &["--retention", "18446744073709552s"],
+        "--retention",
+        "too large",
+    );
+}
+
+#[test]
+fn chunks_that_cannot_fit_a_grpc_message_are_refused() {
+    assert_bad_setting(
+        &["--max-chunk-bytes", "4GiB"],
+        "--max-chunk-bytes",
+        "too large",
+    );
+}
+
+#[test]
 fn sizes_that_overflow_are_refused() {
     for flag in ["--max-chunk-bytes", "--max-recording-bytes"] {
         assert_bad_setting(&[flag, "99999999999GiB"], flag, "too large");

@@ -102,6 +102,9 @@ fn print_report(path: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// The API key of the `tapedeck-auth` target.
+const BENCH_API_KEY: &str = "bench-key-0123456789abcdef";
+
 /// Starts a fresh `kind` and runs `scenario` on it; the target is torn down afterwards.
 async fn run_one(env: &Environment, scenario: &Scenario, kind: TargetKind) -> Result<Outcome> {
     let connections = match scenario {
@@ -110,11 +113,16 @@ async fn run_one(env: &Environment, scenario: &Scenario, kind: TargetKind) -> Re
     };
     match kind {
         TargetKind::Tapedeck => {
-            let target = Tapedeck::start(env, Api::Record, connections).await?;
+            let target = Tapedeck::start(env, Api::Record, connections, None).await?;
             Ok(drive(target, scenario, kind).await)
         }
         TargetKind::TapedeckAck => {
-            let target = Tapedeck::start(env, Api::PerTokenAck, connections).await?;
+            let target = Tapedeck::start(env, Api::PerTokenAck, connections, None).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::TapedeckAuth => {
+            let key = Some(BENCH_API_KEY);
+            let target = Tapedeck::start(env, Api::Record, connections, key).await?;
             Ok(drive(target, scenario, kind).await)
         }
         TargetKind::RedisAlways => {

@@ -86,6 +86,8 @@ pub(crate) enum TargetKind {
     Tapedeck,
     /// tapedeck over gRPC, legacy `StreamResponseTokens`: one ack per token after its commit.
     TapedeckAck,
+    /// As `tapedeck`, with access control on and an API key on every call.
+    TapedeckAuth,
     /// Redis Streams, `appendonly yes`, `appendfsync always`.
     RedisAlways,
     /// Redis Streams, `appendonly yes`, `appendfsync everysec` (acks before the fsync).
@@ -103,6 +105,7 @@ impl TargetKind {
         match self {
             TargetKind::Tapedeck => "tapedeck",
             TargetKind::TapedeckAck => "tapedeck-ack",
+            TargetKind::TapedeckAuth => "tapedeck-auth",
             TargetKind::RedisAlways => "redis-always",
             TargetKind::RedisEverysec => "redis-everysec",
             TargetKind::SqliteFull => "sqlite-full",

@@ -1,6 +1,7 @@
 //! tapedeck over gRPC: the real release binary spawned on a free loopback port with a temp data
 //! dir (or a running server at `--addr`). Producers use `Record` (or the legacy per-token-ack
-//! `StreamResponseTokens`), subscribers and catch-up readers use `Replay`.
+//! `StreamResponseTokens`), subscribers and catch-up readers use `Replay`. With an API key, the
+//! server is started with access control on and every call carries the key.
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
@@ -15,12 +16,33 @@ use tokio::sync::mpsc;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Streaming;
+use tonic::metadata::{Ascii, MetadataValue};
+use tonic::service::Interceptor;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
 
 /// Messages a producer may queue ahead of the gRPC stream.
 const PRODUCER_QUEUE: usize = 64;
+
+/// The API key every call carries, if any.
+#[derive(Clone, Default)]
+pub(crate) struct ApiKey(Option<MetadataValue<Ascii>>);
+
+impl Interceptor for ApiKey {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        if let Some(key) = &self.0 {
+            request.metadata_mut().insert("x-api-key", key.clone());
+        }
+        Ok(request)
+    }
+}
+
+type Calls = InterceptedService<Channel, ApiKey>;
 
 /// Which producer API the target drives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +56,7 @@ pub(crate) enum Api {
 /// A tapedeck server and a pool of client connections to it.
 pub(crate) struct Tapedeck {
     channels: Vec<Channel>,
+    key: ApiKey,
     api: Api,
     pid: Option<u32>,
     // Dropped after the channels: the server is killed, then its data dir removed.
@@ -44,7 +67,14 @@ pub(crate) struct Tapedeck {
 impl Tapedeck {
     /// Spawns `env.tapedeck_bin` (or connects to `env.tapedeck_addr`) and opens `connections`
     /// HTTP/2 connections to it.
-    pub(crate) async fn start(env: &Environment, api: Api, connections: usize) -> Result<Tapedeck> {
+    /// With `api_key`, the spawned server checks it and every call sends it.
+    pub(crate) async fn start(
+        env: &Environment,
+        api: Api,
+        connections: usize,
+        api_key: Option<&str>,
+    ) -> Result<Tapedeck> {
+        let key = ApiKey(api_key.map(|k| k.parse()).transpose()?);
         let (addr, server, dir, pid) = match env.tapedeck_addr {
             Some(addr) => (addr, None, None, env.tapedeck_pid),
             None => {
@@ -63,6 +93,7 @@ impl Tapedeck {
                     .arg(addr.to_string())
                     .arg("--data-dir")
                     .arg(dir.path().join("data"))
+                    .args(api_key.map(|k| format!("--api-key=bench={k}")))
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
@@ -72,7 +103,9 @@ impl Tapedeck {
                 let mut child = ChildGuard::new(child);
                 let url = format!("http://{addr}");
                 wait_ready(&mut child, "tapedeck", || async {
-                    let mut client = ResponseRecorderServiceClient::connect(url.clone()).await?;
+                    let channel = Endpoint::from_shared(url.clone())?.connect().await?;
+                    let mut client =
+                        ResponseRecorderServiceClient::with_interceptor(channel, key.clone());
                     client.is_enabled(()).await?;
                     Ok(())
                 })
@@ -92,6 +125,7 @@ impl Tapedeck {
         }
         Ok(Tapedeck {
             channels,
+            key,
             api,
             pid,
             _server: server,
@@ -99,8 +133,9 @@ impl Tapedeck {
         })
     }
 
-    fn channel(&self, lane: usize) -> Channel {
-        self.channels[lane % self.channels.len()].clone()
+    fn channel(&self, lane: usize) -> Calls {
+        let channel = self.channels[lane % self.channels.len()].clone();
+        InterceptedService::new(channel, self.key.clone())
     }
 }
 
