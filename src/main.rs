@@ -1,15 +1,21 @@
 //! The `tapedeck` binary: parses the command line (flags with `TAPEDECK_*` env fallbacks),
 //! starts logging, and runs the server until SIGINT or SIGTERM.
 use std::io::IsTerminal;
-use std::net::{SocketAddr, ToSocketAddrs};
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
+use flags::{
+    Bytes, parse_chunk_size, parse_duration, parse_grant, parse_listen, parse_positive_duration,
+    parse_positive_size,
+};
 use tapedeck::Config;
 use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
 use tapedeck::config::TlsFiles;
+
+mod flags;
 
 /// Exit code of a command line that cannot be run as given (clap's own, for usage errors).
 const USAGE_EXIT: u8 = 2;
@@ -144,23 +150,6 @@ enum LogFormat {
     Json,
 }
 
-/// A size in bytes, written with a binary unit when it has one (`1MiB`).
-#[derive(Clone, Copy)]
-struct Bytes(u64);
-
-impl std::fmt::Display for Bytes {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
-        match units
-            .iter()
-            .find(|(unit, _)| self.0 > 0 && self.0.is_multiple_of(*unit))
-        {
-            Some((unit, name)) => write!(f, "{}{name}", self.0 / unit),
-            None => write!(f, "{}", self.0),
-        }
-    }
-}
-
 fn main() -> ExitCode {
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
@@ -271,19 +260,6 @@ fn token(args: TokenArgs) -> ExitCode {
     }
 }
 
-/// `ID=reader` or `ID=writer`.
-fn parse_grant(text: &str) -> Result<(String, Role), String> {
-    let (id, role) = text
-        .rsplit_once('=')
-        .ok_or_else(|| format!("`{text}` is not ID=reader or ID=writer"))?;
-    let role = match role {
-        "reader" => Role::Reader,
-        "writer" => Role::Writer,
-        other => return Err(format!("unknown role `{other}`; use reader or writer")),
-    };
-    Ok((id.to_string(), role))
-}
-
 /// The error and its causes on one line, skipping causes its message already spells out.
 fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
@@ -373,58 +349,4 @@ fn log_config(config: &Config) {
         mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
         "starting with this configuration"
     );
-}
-
-/// An address to listen on; a host name is resolved, and its first address used.
-fn parse_listen(text: &str) -> Result<SocketAddr, String> {
-    let mut addrs = text
-        .to_socket_addrs()
-        .map_err(|err| format!("`{text}` is not a host:port to listen on ({err})"))?;
-    addrs
-        .next()
-        .ok_or_else(|| format!("`{text}` resolves to no address"))
-}
-
-/// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime; at most
-/// what the store can count in u64 milliseconds.
-fn parse_duration(text: &str) -> Result<humantime::Duration, String> {
-    let duration = text
-        .parse::<humantime::Duration>()
-        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))?;
-    if Duration::from(duration).as_millis() > u128::from(u64::MAX) {
-        return Err(format!("`{text}` is too large to count in milliseconds"));
-    }
-    Ok(duration)
-}
-
-/// As [`parse_duration`], refusing zero.
-fn parse_positive_duration(text: &str) -> Result<humantime::Duration, String> {
-    let duration = parse_duration(text)?;
-    if Duration::from(duration).is_zero() {
-        return Err("it must be more than zero".into());
-    }
-    Ok(duration)
-}
-
-/// A chunk size: more than zero, and less than 4 GiB so that a chunk fits in one gRPC message
-/// (whose length is 32 bits).
-fn parse_chunk_size(text: &str) -> Result<Bytes, String> {
-    let size = parse_positive_size(text)?;
-    if size.0 >= 1 << 32 {
-        return Err(format!(
-            "`{text}` is too large: a chunk travels in one gRPC message, under 4GiB"
-        ));
-    }
-    Ok(size)
-}
-
-/// A size more than zero, such as `4096`, `512KiB` or `1MiB`, parsed by parse-size.
-fn parse_positive_size(text: &str) -> Result<Bytes, String> {
-    match parse_size::parse_size(text) {
-        Ok(0) => Err("it must be more than zero".into()),
-        Ok(bytes) => Ok(Bytes(bytes)),
-        Err(err) => Err(format!(
-            "`{text}` is not a size like 4096, 512KiB or 1MiB: {err}"
-        )),
-    }
 }

@@ -1,0 +1,90 @@
+//! The binary's flag values: durations (humantime), sizes (parse-size), listen addresses and
+//! grant entries, each refused with a message that says what would be accepted.
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+use tapedeck::access::Role;
+
+/// A size in bytes, written with a binary unit when it has one (`1MiB`).
+#[derive(Clone, Copy)]
+pub(crate) struct Bytes(pub(crate) u64);
+
+impl std::fmt::Display for Bytes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let units = [(1u64 << 30, "GiB"), (1 << 20, "MiB"), (1 << 10, "KiB")];
+        match units
+            .iter()
+            .find(|(unit, _)| self.0 > 0 && self.0.is_multiple_of(*unit))
+        {
+            Some((unit, name)) => write!(f, "{}{name}", self.0 / unit),
+            None => write!(f, "{}", self.0),
+        }
+    }
+}
+
+/// An address to listen on; a host name is resolved, and its first address used.
+pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
+    let mut addrs = text
+        .to_socket_addrs()
+        .map_err(|err| format!("`{text}` is not a host:port to listen on ({err})"))?;
+    addrs
+        .next()
+        .ok_or_else(|| format!("`{text}` resolves to no address"))
+}
+
+/// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime; at most
+/// what the store can count in u64 milliseconds.
+pub(crate) fn parse_duration(text: &str) -> Result<humantime::Duration, String> {
+    let duration = text
+        .parse::<humantime::Duration>()
+        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))?;
+    if Duration::from(duration).as_millis() > u128::from(u64::MAX) {
+        return Err(format!("`{text}` is too large to count in milliseconds"));
+    }
+    Ok(duration)
+}
+
+/// As [`parse_duration`], refusing zero.
+pub(crate) fn parse_positive_duration(text: &str) -> Result<humantime::Duration, String> {
+    let duration = parse_duration(text)?;
+    if Duration::from(duration).is_zero() {
+        return Err("it must be more than zero".into());
+    }
+    Ok(duration)
+}
+
+/// A chunk size: more than zero, and less than 4 GiB so that a chunk fits in one gRPC message
+/// (whose length is 32 bits).
+pub(crate) fn parse_chunk_size(text: &str) -> Result<Bytes, String> {
+    let size = parse_positive_size(text)?;
+    if size.0 >= 1 << 32 {
+        return Err(format!(
+            "`{text}` is too large: a chunk travels in one gRPC message, under 4GiB"
+        ));
+    }
+    Ok(size)
+}
+
+/// A size more than zero, such as `4096`, `512KiB` or `1MiB`, parsed by parse-size.
+pub(crate) fn parse_positive_size(text: &str) -> Result<Bytes, String> {
+    match parse_size::parse_size(text) {
+        Ok(0) => Err("it must be more than zero".into()),
+        Ok(bytes) => Ok(Bytes(bytes)),
+        Err(err) => Err(format!(
+            "`{text}` is not a size like 4096, 512KiB or 1MiB: {err}"
+        )),
+    }
+}
+
+/// `ID=reader` or `ID=writer`.
+pub(crate) fn parse_grant(text: &str) -> Result<(String, Role), String> {
+    let (id, role) = text
+        .rsplit_once('=')
+        .ok_or_else(|| format!("`{text}` is not ID=reader or ID=writer"))?;
+    let role = match role {
+        "reader" => Role::Reader,
+        "writer" => Role::Writer,
+        other => return Err(format!("unknown role `{other}`; use reader or writer")),
+    };
+    Ok((id.to_string(), role))
+}
