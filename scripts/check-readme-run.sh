@@ -14,6 +14,11 @@ case "$command" in
 esac
 echo "check-readme-run: running '$command'" >&2
 
+if ! command -v curl >/dev/null 2>&1; then
+    echo "check-readme-run: installing curl" >&2
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq curl >/dev/null
+fi
+
 work=$(mktemp -d)
 log="$work/server.log"
 # The command runs in the repository, as a user would, with its default data dir moved to a
