@@ -1,5 +1,6 @@
 //! The gRPC face: thin adapters from the two Memory Service contracts to the [`Recorder`]. They
-//! decode ids, map errors to statuses and shape messages; the behaviour lives in the recorder.
+//! decode ids, check each call's credentials against the access rules, map errors to statuses
+//! and shape messages; the behaviour lives in the recorder.
 //! [`routes`] assembles them with health and reflection.
 
 mod recorder;
@@ -40,7 +41,7 @@ fn parse_id(raw: &[u8]) -> Result<ConversationId, Status> {
 
 /// The status for a request stream that failed to deliver its next message. The transport
 /// refuses a message over its size limit with `OUT_OF_RANGE`; to the producer that is a chunk
-/// over its limit, which DESIGN.md answers with `RESOURCE_EXHAUSTED`.
+/// over its limit, which the behaviour notes answer with `RESOURCE_EXHAUSTED`.
 fn incoming_error(status: Status) -> Status {
     if status.code() == Code::OutOfRange {
         return Status::resource_exhausted(format!(
