@@ -375,16 +375,27 @@ impl BinaryServer {
     /// Starts the binary on a free loopback port the test picked; waits for its listening
     /// line (the readiness event), then keeps draining its log (into `keep`, if given) so the
     /// server never blocks on a full pipe.
+    /// The port was free when picked, but another process may take it before the binary binds
+    /// it: then the start is tried again on another port, a few times.
     fn start(data_dir: &Path, extra_args: &[&str], keep: Option<LogLines>) -> BinaryServer {
-        let addr = free_port();
-        let listen = addr.to_string();
-        let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
-        args.extend_from_slice(extra_args);
-        let child = spawn_serving(data_dir, &args, keep);
-        BinaryServer {
-            addr,
-            child: Some(child),
+        const TRIES: usize = 5;
+        for _ in 0..TRIES {
+            let addr = free_port();
+            let listen = addr.to_string();
+            let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
+            args.extend_from_slice(extra_args);
+            match try_spawn_serving(data_dir, &args, keep.clone()) {
+                Ok(child) => {
+                    return BinaryServer {
+                        addr,
+                        child: Some(child),
+                    };
+                }
+                Err(log) if log.contains("cannot listen on") => continue,
+                Err(log) => panic!("the binary exited before listening:\n{log}"),
+            }
         }
+        panic!("no free port found in {TRIES} tries");
     }
 
     pub(crate) fn pid(&self) -> i32 {
@@ -440,6 +451,17 @@ pub(crate) fn spawn_serving(
     args: &[&str],
     keep: Option<LogLines>,
 ) -> std::process::Child {
+    try_spawn_serving(data_dir, args, keep)
+        .unwrap_or_else(|log| panic!("the binary exited before listening:\n{log}"))
+}
+
+/// As [`spawn_serving`], but a binary that exits before it listens is an `Err` with what it
+/// logged until then.
+pub(crate) fn try_spawn_serving(
+    data_dir: &Path,
+    args: &[&str],
+    keep: Option<LogLines>,
+) -> Result<std::process::Child, String> {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
@@ -450,25 +472,40 @@ pub(crate) fn spawn_serving(
         .spawn()
         .expect("cannot start the tapedeck binary");
     let stderr = child.stderr.take().unwrap();
-    let (ready, listening) = std::sync::mpsc::channel();
+    // Some(()) once it listens; None when its log ends first (it exited).
+    let (events, event) = std::sync::mpsc::channel();
+    let early = LogLines::default();
+    let before_ready = early.clone();
     std::thread::spawn(move || {
+        let mut ready = false;
         for line in std::io::BufReader::new(stderr)
             .lines()
             .map_while(Result::ok)
         {
-            if line.contains("tapedeck listening") {
-                let _ = ready.send(());
+            if !ready {
+                before_ready.lock().unwrap().push(line.clone());
+            }
+            if !ready && line.contains("tapedeck listening") {
+                ready = true;
+                let _ = events.send(Some(()));
             }
             if let Some(keep) = &keep {
                 keep.lock().unwrap().push(line);
             }
         }
+        let _ = events.send(None);
     });
-    if listening.recv_timeout(WAIT).is_err() {
-        let _ = child.kill();
-        panic!("the binary did not start listening within {WAIT:?}");
+    match event.recv_timeout(WAIT) {
+        Ok(Some(())) => Ok(child),
+        Ok(None) => {
+            let _ = child.wait();
+            Err(early.lock().unwrap().join("\n"))
+        }
+        Err(_) => {
+            let _ = child.kill();
+            panic!("the binary did not start listening within {WAIT:?}");
+        }
     }
-    child
 }
 
 /// Runs `tapedeck serve` with `args` until it exits by itself (at most [`WAIT`]), with
