@@ -34,6 +34,31 @@ async fn health_reports_both_services_serving() {
 }
 
 #[tokio::test]
+async fn health_turns_not_serving_as_shutdown_begins() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let mut health = HealthClient::new(channel(&server).await);
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: "memory.v1.ResponseRecorderService".into(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap();
+    assert_eq!(first.status, 1, "SERVING while running");
+    let stopping = tokio::spawn(server.stop());
+    let next = tokio::time::timeout(WAIT, watch.message())
+        .await
+        .expect("a health update as shutdown begins")
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.status, 2, "NOT_SERVING once shutdown begins");
+    drop(watch);
+    stopping.await.unwrap();
+}
+
+#[tokio::test]
 async fn reflection_lists_the_services_and_describes_the_extension_fields() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
