@@ -299,11 +299,6 @@ impl Error {
         }
     }
 
-    /// Whether the disk is full (now, or since an earlier failure).
-    pub fn is_disk_full(&self) -> bool {
-        matches!(self.root(), Error::DiskFull { .. } | Error::StoreFull)
-    }
-
     /// Whether this is a failure of the stored data or of redb under it (as opposed to a
     /// refusal, a bad request or a failure elsewhere).
     pub fn is_storage(&self) -> bool {
