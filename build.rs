@@ -5,6 +5,7 @@ use prost::Message;
 const PROTOS: &[&str] = &[
     "proto/memory/v1/response_recorder.proto",
     "proto/memory/v1/response_resumer.proto",
+    "proto/tapedeck/v1/recordings.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -89,6 +89,7 @@ async fn run_stream(
         let request = ReplayRequest {
             conversation_id: id.clone().into_bytes(),
             resume_offset: 0,
+            ..Default::default()
         };
         if let Ok(replay) = client.clone().replay(request).await {
             break replay.into_inner();

@@ -34,8 +34,14 @@ fn resume_near_the_end(c: &mut Criterion) {
     let store = tapedeck::server::open_store(&config).unwrap();
     let built = std::time::Instant::now();
     runtime.block_on(async {
-        let recordings = Recordings::new(store.clone(), 1);
-        let mut writer = recordings.start(&id).await.unwrap();
+        let recordings = Recordings::new(
+            store.clone(),
+            tapedeck::recorder::LivePolicy {
+                max_live: 1,
+                ..Default::default()
+            },
+        );
+        let mut writer = recordings.start(&id, None).await.unwrap();
         let mut in_flight = std::collections::VecDeque::new();
         for _ in 0..CHUNKS {
             in_flight.push_back(writer.append(TOKEN).await.unwrap());
@@ -79,6 +85,7 @@ fn resume_near_the_end(c: &mut Criterion) {
                     .replay(ReplayRequest {
                         conversation_id: id.original().to_vec(),
                         resume_offset: offset as i64,
+                        ..Default::default()
                     })
                     .await
                     .unwrap()

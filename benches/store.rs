@@ -46,14 +46,23 @@ fn open_store() -> (TempDir, Recordings) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = Store::open(&dir.path().join("bench.redb"), StoreOptions::default())
         .expect("a fresh database");
-    (dir, Recordings::new(store, usize::MAX))
+    (
+        dir,
+        Recordings::new(
+            store,
+            tapedeck::recorder::LivePolicy {
+                max_live: usize::MAX,
+                ..Default::default()
+            },
+        ),
+    )
 }
 
 async fn start_producers(store: &Recordings, count: usize) -> Vec<TapeWriter> {
     let ids: Vec<ConversationId> = (0..count)
         .map(|i| ConversationId::parse(format!("producer-{i}").as_bytes()).expect("a valid id"))
         .collect();
-    futures::future::try_join_all(ids.iter().map(|id| store.start(id)))
+    futures::future::try_join_all(ids.iter().map(|id| store.start(id, None)))
         .await
         .expect("started recordings")
 }
@@ -187,7 +196,7 @@ fn report() {
 /// A finished recording of `READ_CHUNKS` tokens; returns its key and generation.
 async fn fill_recording(store: &Recordings) -> (u128, u64) {
     let id = ConversationId::parse(b"read-bench").expect("a valid id");
-    let mut writer = store.start(&id).await.expect("a started recording");
+    let mut writer = store.start(&id, None).await.expect("a started recording");
     let mut last = None;
     for _ in 0..READ_CHUNKS {
         last = Some(writer.append(TOKEN).await.expect("append queued"));

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::access::AccessConfig;
+pub use crate::recorder::OnConflict;
 
 /// Settings of a tapedeck server. `Config::default()` is what `tapedeck serve` runs with.
 #[derive(Debug, Clone)]
@@ -14,6 +15,15 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// How long a finished recording stays replayable. Default 30 minutes.
     pub retention: Duration,
+    /// Longest retention a producer may choose for its own recording. Default 7 days.
+    pub max_retention: Duration,
+    /// How long a collected recording's tombstone answers "expired". Default 24 hours.
+    pub tombstone_retention: Duration,
+    /// How long a recording whose producer went away waits for it to resume before it ends as
+    /// `interrupted`. Default 30 seconds.
+    pub producer_grace: Duration,
+    /// What a new recording does to a conversation's live one. Default supersede.
+    pub on_conflict: OnConflict,
     /// How often the sweeper collects expired and idle recordings. Default 60 seconds.
     pub gc_interval: Duration,
     /// A live recording with no token for this long is ended as `interrupted`. Default 1 hour.
@@ -57,6 +67,10 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             data_dir: PathBuf::from("./tapedeck-data"),
             retention: Duration::from_secs(30 * 60),
+            max_retention: Duration::from_secs(7 * 24 * 60 * 60),
+            tombstone_retention: Duration::from_secs(24 * 60 * 60),
+            producer_grace: Duration::from_secs(30),
+            on_conflict: OnConflict::Supersede,
             gc_interval: Duration::from_secs(60),
             idle_timeout: Duration::from_secs(60 * 60),
             max_chunk_bytes: 1024 * 1024,

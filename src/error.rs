@@ -62,11 +62,80 @@ pub enum Error {
         /// The most one call takes.
         max: usize,
     },
-    /// Nothing recorded for the conversation, or it was collected.
-    #[error("no recording for conversation {id}: never recorded, or already collected")]
+    /// Nothing recorded for the conversation, or it was collected or deleted.
+    #[error("{}", absence_message(id, *why))]
     RecordingNotFound {
         /// The id as the caller sent it.
         id: String,
+        /// Whether it never existed (as far as tapedeck remembers), expired or was deleted.
+        why: Absence,
+    },
+    /// A new recording of a conversation that has a live one, under `--on-conflict reject`.
+    #[error("a response is already being recorded for conversation {id}")]
+    AlreadyRecording {
+        /// The id as the caller sent it.
+        id: String,
+    },
+    /// A resume from beyond what is committed.
+    #[error(
+        "resume_from_offset {offset} is past the committed length of conversation {id}'s \
+         recording, {committed} bytes; resend from offset {committed}"
+    )]
+    ResumePastEnd {
+        /// The id as the caller sent it.
+        id: String,
+        /// The offset asked for.
+        offset: u64,
+        /// What is committed.
+        committed: u64,
+    },
+    /// A resume of a recording its producer finished, or someone cancelled.
+    #[error(
+        "the recording of conversation {id} already ended as {status} ({bytes} bytes); \
+         there is nothing to resume"
+    )]
+    AlreadyEnded {
+        /// The id as the caller sent it.
+        id: String,
+        /// How it ended.
+        status: crate::recorder::Status,
+        /// Its length, in bytes.
+        bytes: u64,
+    },
+    /// Resent text whose already-committed part ends inside a UTF-8 character.
+    #[error(
+        "resent text does not line up with the committed text: offset {offset} falls inside a \
+         UTF-8 character; resend the same chunks as before"
+    )]
+    ResumeInsideCharacter {
+        /// The committed length, inside the message's text.
+        offset: u64,
+    },
+    /// A resume kept meeting a recording that was ending or starting.
+    #[error("the recording of conversation {id} is changing hands; retry the resume shortly")]
+    ResumeUnsettled {
+        /// The id as the caller sent it.
+        id: String,
+    },
+    /// Another producer resumed the recording; this one may store nothing more.
+    #[error("superseded: another producer resumed this recording")]
+    Fenced,
+    /// A per-recording retention over `--max-retention`.
+    #[error("retention_seconds {asked} is over the limit of {max} seconds (--max-retention)")]
+    RetentionTooLong {
+        /// Seconds asked for.
+        asked: u64,
+        /// The most allowed, in seconds.
+        max: u64,
+    },
+    /// A page token this server did not hand out.
+    #[error("page_token is not one this server handed out; start again without one")]
+    BadPageToken,
+    /// A status filter that names no status.
+    #[error("status filter {value} is not a recording status")]
+    BadStatusFilter {
+        /// The value sent.
+        value: i32,
     },
     /// A resume offset past the end of a finished recording.
     #[error("offset {offset} is past the end of the finished recording ({len} bytes)")]
@@ -327,11 +396,18 @@ impl Error {
             | Error::DiskFull { .. }
             | Error::StoreFull => Code::ResourceExhausted,
             Error::RecordingNotFound { .. } => Code::NotFound,
+            Error::AlreadyRecording { .. } => Code::AlreadyExists,
+            Error::ResumePastEnd { .. } | Error::AlreadyEnded { .. } => Code::FailedPrecondition,
+            Error::ResumeInsideCharacter { .. }
+            | Error::RetentionTooLong { .. }
+            | Error::BadPageToken
+            | Error::BadStatusFilter { .. } => Code::InvalidArgument,
+            Error::Fenced => Code::Aborted,
             Error::Unauthenticated { .. } => Code::Unauthenticated,
             Error::PermissionDenied { .. } => Code::PermissionDenied,
             Error::OffsetOutOfRange { .. } => Code::OutOfRange,
             Error::Superseded | Error::RecordingEnded => Code::Aborted,
-            Error::ShuttingDown => Code::Unavailable,
+            Error::ShuttingDown | Error::ResumeUnsettled { .. } => Code::Unavailable,
             Error::Shared(inner) => inner.code(),
             Error::SchemaVersion { .. }
             | Error::OpenDatabase { .. }
@@ -369,12 +445,85 @@ impl Error {
     }
 }
 
+/// Why a conversation has no recording.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Absence {
+    /// Never recorded here, or its tombstone is gone too.
+    Unknown,
+    /// Its retention passed and it was collected.
+    Expired {
+        /// When it had ended, in ms since the epoch.
+        finished_ms: Option<u64>,
+        /// When it was collected, in ms since the epoch.
+        collected_ms: u64,
+    },
+    /// Someone deleted it.
+    Deleted {
+        /// When, in ms since the epoch.
+        at_ms: u64,
+    },
+}
+
+impl Absence {
+    /// The value of the `tapedeck-reason` metadata of a NOT_FOUND.
+    pub fn reason(self) -> &'static str {
+        match self {
+            Absence::Unknown => "unknown",
+            Absence::Expired { .. } => "expired",
+            Absence::Deleted { .. } => "deleted",
+        }
+    }
+}
+
+/// Metadata key of the reason of a NOT_FOUND: `unknown`, `expired` or `deleted`.
+pub const REASON_METADATA: &str = "tapedeck-reason";
+
+/// A time in ms since the epoch as RFC 3339, to the millisecond.
+pub(crate) fn rfc3339(ms: u64) -> String {
+    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+fn absence_message(id: &str, why: Absence) -> String {
+    match why {
+        Absence::Unknown => format!(
+            "unknown: no recording of conversation {id} (never recorded here, or collected \
+             longer ago than --tombstone-retention)"
+        ),
+        Absence::Expired {
+            finished_ms,
+            collected_ms,
+        } => {
+            let ended =
+                finished_ms.map_or_else(String::new, |at| format!(" ended {}", rfc3339(at)));
+            format!(
+                "expired: the recording of conversation {id}{ended} and was collected {} \
+                 once its retention had passed",
+                rfc3339(collected_ms)
+            )
+        }
+        Absence::Deleted { at_ms } => format!(
+            "deleted: the recording of conversation {id} was deleted {}",
+            rfc3339(at_ms)
+        ),
+    }
+}
+
 impl From<Error> for Status {
     fn from(err: Error) -> Self {
         let code = err.code();
         if code == Code::Internal {
             tracing::error!(error = %err, "internal error");
         }
-        Status::new(code, err.client_message())
+        let message = err.client_message();
+        if let Error::RecordingNotFound { why, .. } = err.root() {
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            metadata.insert(
+                REASON_METADATA,
+                tonic::metadata::MetadataValue::from_static(why.reason()),
+            );
+            return Status::with_metadata(code, message, metadata);
+        }
+        Status::new(code, message)
     }
 }

@@ -37,6 +37,12 @@ pub mod store;
 pub mod pb {
     tonic::include_proto!("memory.v1");
 
+    /// tapedeck's own management API, `tapedeck.v1`.
+    #[allow(missing_docs, unreachable_pub)]
+    pub mod tapedeck {
+        tonic::include_proto!("tapedeck.v1");
+    }
+
     /// Encoded descriptors of the contract, served by gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("memory_descriptor");
 }

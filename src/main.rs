@@ -76,6 +76,23 @@ struct ServeArgs {
     #[arg(long, env = "TAPEDECK_RETENTION", value_parser = parse_duration,
           default_value_t = humantime::Duration::from(Config::default().retention))]
     retention: humantime::Duration,
+    /// Longest retention a producer may choose for its own recording (retention_seconds).
+    #[arg(long, env = "TAPEDECK_MAX_RETENTION", value_parser = parse_duration,
+          default_value_t = humantime::Duration::from(Config::default().max_retention))]
+    max_retention: humantime::Duration,
+    /// How long a collected recording's tombstone answers "expired" instead of "unknown".
+    #[arg(long, env = "TAPEDECK_TOMBSTONE_RETENTION", value_parser = parse_duration,
+          default_value_t = humantime::Duration::from(Config::default().tombstone_retention))]
+    tombstone_retention: humantime::Duration,
+    /// How long a recording whose producer went away waits for it to resume before it ends as
+    /// interrupted (0 ends it at once).
+    #[arg(long, env = "TAPEDECK_PRODUCER_GRACE", value_parser = parse_duration,
+          default_value_t = humantime::Duration::from(Config::default().producer_grace))]
+    producer_grace: humantime::Duration,
+    /// What a new recording does to a conversation's live one: supersede it, or be refused
+    /// with ALREADY_EXISTS.
+    #[arg(long, env = "TAPEDECK_ON_CONFLICT", value_enum, default_value_t = Conflict::Supersede)]
+    on_conflict: Conflict,
     /// How often expired and idle recordings are collected (more than zero).
     #[arg(long, env = "TAPEDECK_GC_INTERVAL", value_parser = parse_positive_duration,
           default_value_t = humantime::Duration::from(Config::default().gc_interval))]
@@ -145,6 +162,12 @@ struct ServeArgs {
 }
 
 #[derive(Clone, Copy, ValueEnum)]
+enum Conflict {
+    Supersede,
+    Reject,
+}
+
+#[derive(Clone, Copy, ValueEnum)]
 enum LogFormat {
     Text,
     Json,
@@ -177,6 +200,12 @@ fn main() -> ExitCode {
             args.listen
         ));
     }
+    if args.retention > args.max_retention {
+        return usage_error(&format!(
+            "--retention {} is longer than --max-retention {}; raise --max-retention",
+            args.retention, args.max_retention
+        ));
+    }
     init_tracing(args.log_format);
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(TlsFiles {
@@ -190,6 +219,13 @@ fn main() -> ExitCode {
         listen: args.listen,
         data_dir: args.data_dir,
         retention: args.retention.into(),
+        max_retention: args.max_retention.into(),
+        tombstone_retention: args.tombstone_retention.into(),
+        producer_grace: args.producer_grace.into(),
+        on_conflict: match args.on_conflict {
+            Conflict::Supersede => tapedeck::config::OnConflict::Supersede,
+            Conflict::Reject => tapedeck::config::OnConflict::Reject,
+        },
         gc_interval: args.gc_interval.into(),
         idle_timeout: args.idle_timeout.into(),
         max_chunk_bytes: usize::try_from(args.max_chunk_bytes.0).unwrap_or(usize::MAX),
@@ -334,6 +370,10 @@ fn log_config(config: &Config) {
         listen = %config.listen,
         data_dir = %config.data_dir.display(),
         retention = %humantime::format_duration(config.retention),
+        max_retention = %humantime::format_duration(config.max_retention),
+        tombstone_retention = %humantime::format_duration(config.tombstone_retention),
+        producer_grace = %humantime::format_duration(config.producer_grace),
+        on_conflict = ?config.on_conflict,
         gc_interval = %humantime::format_duration(config.gc_interval),
         idle_timeout = %humantime::format_duration(config.idle_timeout),
         max_chunk_bytes = %Bytes(config.max_chunk_bytes as u64),

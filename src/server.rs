@@ -11,7 +11,7 @@ use crate::access::Guard;
 use crate::config::{Config, TlsFiles};
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
-use crate::recorder::{Limits, Recorder, sweeper};
+use crate::recorder::{Limits, LivePolicy, Recorder, sweeper};
 use crate::store::{Store, StoreOptions};
 
 /// Pings an idle connection this often, so a vanished peer is noticed.
@@ -36,15 +36,16 @@ pub fn open_store(config: &Config) -> Result<Store> {
     std::fs::create_dir_all(&config.data_dir).map_err(data_dir_error)?;
     let options = StoreOptions {
         retention: config.retention,
+        tombstone_retention: config.tombstone_retention,
         ..StoreOptions::default()
     };
     Store::open(&config.database_path(), options)
 }
 
 /// Serves tapedeck on `listener` with `store` until `shutdown` resolves. Then health reports
-/// NOT_SERVING, producers are told the server is shutting down, their recordings end as
-/// `interrupted`, replays end, the commit pipeline drains and the database is closed; all
-/// within about twice `config.shutdown_timeout`.
+/// NOT_SERVING, producers are told the server is shutting down (their recordings stay live,
+/// detached, for them to resume after the restart), replays end, the commit pipeline drains
+/// and the database is closed; all within about twice `config.shutdown_timeout`.
 ///
 /// Fails when serving fails (the listener breaks).
 pub async fn run(
@@ -56,9 +57,14 @@ pub async fn run(
     let limits = Limits {
         max_chunk_bytes: config.max_chunk_bytes,
         max_recording_bytes: config.max_recording_bytes,
-        max_live_recordings: config.max_live_recordings,
+        max_retention: config.max_retention,
     };
-    let recorder = Recorder::new(store.clone(), limits);
+    let policy = LivePolicy {
+        max_live: config.max_live_recordings,
+        grace: config.producer_grace,
+        on_conflict: config.on_conflict,
+    };
+    let recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
     let sweeper = tokio::spawn(sweeper::run(
         recorder.recordings().clone(),
@@ -76,9 +82,9 @@ pub async fn run(
             .map_err(|err| tls_error(&err))?;
     }
 
-    // Shutdown order: health says NOT_SERVING, every live recording ends (producers get their
-    // answer, replays see the end), calls still waiting for a first message give up; only
-    // then does tonic stop and wait for the connections.
+    // Shutdown order: health says NOT_SERVING, every producer is told to go (its recording
+    // stays live in the file), then replays and calls still waiting for a first message end;
+    // only then does tonic stop and wait for the connections.
     let timeout = config.shutdown_timeout;
     let draining = recorder.clone();
     let stopping = lifecycle.clone();
@@ -90,7 +96,7 @@ pub async fn run(
             .await
             .is_err()
         {
-            tracing::warn!("live recordings did not all end before the shutdown timeout");
+            tracing::warn!("producers did not all let go before the shutdown timeout");
         }
         stopping.stop.cancel();
     };

@@ -256,6 +256,7 @@ async fn replay(clients: &Clients, api: Api, cred: Cred) -> Result<(), Code> {
             let request = ReplayRequest {
                 conversation_id: TARGET.into(),
                 resume_offset: 0,
+                ..Default::default()
             };
             let mut stream = clients
                 .current
@@ -363,6 +364,7 @@ async fn record(clients: &Clients, api: Api, cred: Cred) -> Result<(), Code> {
                     conversation_id: TARGET.into(),
                     content: "new ".into(),
                     complete: false,
+                    ..Default::default()
                 },
                 RecordRequest {
                     content: "text".into(),
@@ -458,6 +460,7 @@ async fn refusals_say_why_without_repeating_the_credential() {
             let request = ReplayRequest {
                 conversation_id: TARGET.into(),
                 resume_offset: 0,
+                ..Default::default()
             };
             client.replay(with(cred, request)).await.unwrap_err()
         }

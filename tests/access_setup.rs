@@ -81,6 +81,7 @@ async fn a_grant_from_tapedeck_token_is_accepted() {
         conversation_id: b"chat-42".to_vec(),
         content: "granted".into(),
         complete: true,
+        ..Default::default()
     }]));
     let bearer = format!("Bearer {token}").parse().unwrap();
     request.metadata_mut().insert("authorization", bearer);
@@ -90,6 +91,7 @@ async fn a_grant_from_tapedeck_token_is_accepted() {
     let mut other = tonic::Request::new(ReplayRequest {
         conversation_id: b"chat-43".to_vec(),
         resume_offset: 0,
+        ..Default::default()
     });
     let bearer = format!("Bearer {token}").parse().unwrap();
     other.metadata_mut().insert("authorization", bearer);
@@ -178,6 +180,7 @@ async fn tls_serves_tls_clients_and_refuses_plaintext() {
         let request = ReplayRequest {
             conversation_id: b"over-tls".to_vec(),
             resume_offset: 0,
+            ..Default::default()
         };
         assert!(plain.replay(request).await.is_err());
     }

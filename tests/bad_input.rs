@@ -78,6 +78,7 @@ async fn ten_thousand_unread_replays_keep_server_memory_bounded() {
                 .replay(ReplayRequest {
                     conversation_id: b"big".to_vec(),
                     resume_offset: 0,
+                    ..Default::default()
                 })
                 .await
                 .map(|r| r.into_inner())
@@ -311,6 +312,7 @@ async fn the_same_conversation_in_another_form_mid_stream_is_not_a_change() {
                 conversation_id: form.into_bytes(),
                 content: content.into(),
                 complete: false,
+                ..Default::default()
             })
             .await
             .unwrap();

@@ -69,6 +69,7 @@ async fn every_acknowledged_legacy_byte_survives_sigkill() {
             conversation_id: id,
             token,
             complete: false,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -232,6 +232,7 @@ async fn legacy_producer(
                 conversation_id: if n == 0 { id.clone() } else { Vec::new() },
                 token: text,
                 complete: n + 1 == tokens,
+                ..Default::default()
             });
         }
         let Ok(LegacyProducer { tx, mut acks }) = LegacyProducer::try_open(&client, None, 8).await

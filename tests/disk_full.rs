@@ -98,6 +98,7 @@ async fn fill_up() -> FullDisk {
         StoreOptions {
             retention: RETENTION,
             clock: Arc::new(clock.clone()),
+            ..StoreOptions::default()
         },
     )
     .unwrap();
@@ -219,6 +220,7 @@ async fn flood_legacy(
                     conversation_id: if n == 0 { id.clone() } else { Vec::new() },
                     token,
                     complete: false,
+                    ..Default::default()
                 };
                 if tx.send(request).await.is_err() {
                     return;
@@ -334,6 +336,7 @@ impl FullDisk {
                     conversation_id: id.to_vec(),
                     content: content.into(),
                     complete: content == "again",
+                    ..Default::default()
                 });
                 let answer = client.clone().record(tokio_stream::iter(messages)).await;
                 match answer.map(|a| a.into_inner()) {

@@ -12,7 +12,9 @@ use proptest::prelude::*;
 use tapedeck::Error;
 use tapedeck::clock::{Clock, ManualClock};
 use tapedeck::id::ConversationId;
-use tapedeck::recorder::{Limits, Producer, Recorder, Replay, Status, sweeper};
+use tapedeck::recorder::{
+    Limits, LivePolicy, OnConflict, Producer, Recorder, Replay, StartOptions, Status, sweeper,
+};
 use tapedeck::store::{Store, StoreOptions};
 
 /// Cases run by `cargo test`.
@@ -24,7 +26,12 @@ const IDLE_MS: u64 = 2_500;
 const LIMITS: Limits = Limits {
     max_chunk_bytes: 24,
     max_recording_bytes: 120,
-    max_live_recordings: 100,
+    max_retention: Duration::from_secs(3600),
+};
+const POLICY: LivePolicy = LivePolicy {
+    max_live: 100,
+    grace: Duration::ZERO,
+    on_conflict: OnConflict::Supersede,
 };
 /// How long any single wait may take before the case fails.
 const WAIT: Duration = Duration::from_secs(5);
@@ -217,6 +224,7 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
         path,
         StoreOptions {
             retention: Duration::from_millis(RETENTION_MS),
+            tombstone_retention: Duration::from_secs(3600),
             clock: Arc::new(clock.clone()),
         },
     )
@@ -230,7 +238,7 @@ impl Real {
 
     /// A fresh recorder over `store`, opened on `path`; no producers or subscribers yet.
     fn on(path: std::path::PathBuf, clock: ManualClock, store: Store) -> Real {
-        let recorder = Recorder::new(store.clone(), LIMITS);
+        let recorder = Recorder::new(store.clone(), LIMITS, POLICY);
         Real {
             path,
             clock,
@@ -300,7 +308,10 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             };
             let producer = within(
                 "start",
-                real.recorder.start(ConversationId::parse(&wire).unwrap()),
+                real.recorder.start(
+                    ConversationId::parse(&wire).unwrap(),
+                    StartOptions::default(),
+                ),
             )
             .await
             .unwrap();
@@ -382,7 +393,12 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
                 return;
             };
             let owns = model.live(conv).is_some();
-            within("interrupt", producer.interrupt("stream failed".into())).await;
+            let mut progress = producer.subscribe();
+            producer.detach("stream failed".into());
+            // With no grace period the end is committed at once, in the background.
+            within("interrupt", progress.wait_for(|p| !p.status.is_live()))
+                .await
+                .unwrap();
             if owns {
                 model.finish(conv, Status::Interrupted);
             }

@@ -75,6 +75,7 @@ async fn first_message_may_carry_content_and_complete() {
         conversation_id: ID.to_vec(),
         content: "all at once".into(),
         complete: true,
+        ..Default::default()
     }];
     let answer = client
         .clone()
@@ -166,6 +167,7 @@ async fn malformed_ids_are_invalid_argument_on_every_call_but_check() {
             conversation_id: bad.to_vec(),
             content: "x".into(),
             complete: true,
+            ..Default::default()
         }];
         let err = client
             .clone()
@@ -204,6 +206,7 @@ async fn a_changed_id_mid_stream_is_invalid_argument_and_keeps_what_was_recorded
             conversation_id: b"another-conversation".to_vec(),
             content: "dropped".into(),
             complete: false,
+            ..Default::default()
         })
         .await
         .unwrap();

@@ -49,10 +49,12 @@ impl AccessConfig {
 pub enum Operation {
     /// Record a response into it.
     Record,
-    /// Replay it, or see it in a live check.
+    /// Replay it, see it in a live check, or read its metadata (Get, List).
     Replay,
     /// Cancel its live response.
     Cancel,
+    /// Delete its recording.
+    Delete,
 }
 
 impl Operation {
@@ -61,6 +63,7 @@ impl Operation {
             Operation::Record => "record",
             Operation::Replay => "replay",
             Operation::Cancel => "cancel",
+            Operation::Delete => "delete",
         }
     }
 
@@ -69,6 +72,7 @@ impl Operation {
             Operation::Record => "writer access, or an API key",
             Operation::Replay => "reader access, or an API key",
             Operation::Cancel => "writer access from a user token (an API key alone cannot cancel)",
+            Operation::Delete => "writer access, or an API key",
         }
     }
 }
@@ -95,7 +99,7 @@ impl Principal {
         };
         let role = grant.as_ref().and_then(|g| g.role(id));
         match operation {
-            Operation::Record => key.is_some() || role == Some(Role::Writer),
+            Operation::Record | Operation::Delete => key.is_some() || role == Some(Role::Writer),
             Operation::Replay => key.is_some() || role.is_some(),
             Operation::Cancel => role == Some(Role::Writer),
         }

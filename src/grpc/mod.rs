@@ -4,10 +4,12 @@
 //! [`routes`] assembles them with health and reflection.
 
 mod recorder;
+mod recordings;
 mod resumer;
 mod routes;
 
 pub use recorder::RecorderService;
+pub use recordings::RecordingsService;
 pub use resumer::ResumerService;
 pub use routes::{Health, Lifecycle, routes};
 
@@ -21,7 +23,7 @@ use tonic::{Code, Status, Streaming};
 use crate::access::{Guard, Principal};
 use crate::error::Error;
 use crate::id::ConversationId;
-use crate::recorder::{Piece, Recorder, Replay};
+use crate::recorder::{Piece, Recorder, Replay, StartOptions};
 
 /// A replay's messages, pulled by the transport one at a time.
 pub type ReplayStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
@@ -107,12 +109,33 @@ fn parse_offset(raw: i64) -> Result<u64, Status> {
     u64::try_from(raw).map_err(|_| Error::NegativeOffset { offset: raw }.into())
 }
 
+/// How a producer's first message opens its session: a resume when it carries
+/// `resume_from_offset`, and its own retention when `retention_seconds` is not 0.
+fn start_options(
+    resume_from_offset: Option<i64>,
+    retention_seconds: u64,
+) -> Result<StartOptions, Status> {
+    Ok(StartOptions {
+        resume_from: resume_from_offset.map(parse_offset).transpose()?,
+        retention: (retention_seconds > 0)
+            .then(|| std::time::Duration::from_secs(retention_seconds)),
+    })
+}
+
+/// What a replay call asks for.
+struct ReplayOf<'a> {
+    id: &'a ConversationId,
+    offset: u64,
+    chunked: bool,
+}
+
 /// Size of a replay's first message; each next one is twice as large, up to 64 KiB. A client
 /// that reads gets full-sized messages after five; one that never reads pins only this much.
 const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
 
 /// Opens a replay as a stream of messages made by `message`, ending with an OK status that
-/// carries the `tapedeck-*` trailers.
+/// carries the `tapedeck-*` trailers; or, once `stop` is cancelled (the server shuts down),
+/// with UNAVAILABLE and the offset to replay again from.
 ///
 /// Nothing is read ahead: the next piece is read when the transport asks for it, which it does
 /// once the previous one is on its way to the client. Together with the small first message
@@ -121,20 +144,28 @@ const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
 async fn stream_replay<T: Send + 'static>(
     recorder: &Recorder,
     principal: &Principal,
-    id: &ConversationId,
-    offset: u64,
+    of: ReplayOf<'_>,
+    stop: &CancellationToken,
     message: fn(Piece) -> T,
 ) -> Result<ReplayStream<T>, Status> {
-    principal.authorize(crate::access::Operation::Replay, id)?;
-    let replay = recorder.replay(id, offset).await?;
-    let stream = futures::stream::unfold(
-        Some((replay, FIRST_MESSAGE_BYTES)),
-        move |state| async move {
+    principal.authorize(crate::access::Operation::Replay, of.id)?;
+    let mut replay = recorder.replay(of.id, of.offset).await?;
+    if of.chunked {
+        replay = replay.chunked();
+    }
+    let stop = stop.clone();
+    let stream = futures::stream::unfold(Some((replay, FIRST_MESSAGE_BYTES)), move |state| {
+        let stop = stop.clone();
+        async move {
             let (mut replay, size) = state?;
             // Lets the encoder send what it holds before this piece is read: it would otherwise
             // keep pulling pieces until it has 32 KiB to send.
             tokio::task::yield_now().await;
-            Some(match replay.next_up_to(size).await {
+            let next = tokio::select! {
+                next = replay.next_up_to(size) => next,
+                () = stop.cancelled() => return Some((Err(shutdown_status(&replay)), None)),
+            };
+            Some(match next {
                 Ok(Some(piece)) => {
                     let next_size = (size * 2).min(crate::recorder::MAX_MESSAGE_BYTES);
                     (Ok(message(piece)), Some((replay, next_size)))
@@ -142,9 +173,20 @@ async fn stream_replay<T: Send + 'static>(
                 Ok(None) => (Err(end_status(&replay)), None),
                 Err(err) => (Err(Status::from(err)), None),
             })
-        },
-    );
+        }
+    });
     Ok(Box::pin(stream))
+}
+
+/// The UNAVAILABLE status that ends a replay at shutdown, with the offset to replay from.
+fn shutdown_status(replay: &Replay) -> Status {
+    let mut trailers = MetadataMap::new();
+    trailers.insert(OFFSET_TRAILER, replay.offset().into());
+    let message = format!(
+        "the server is shutting down; replay again from offset {}",
+        replay.offset()
+    );
+    Status::with_metadata(Code::Unavailable, message, trailers)
 }
 
 /// The OK status that ends a replay, with its terminal state in trailers.

@@ -3,7 +3,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
-    stream_replay,
+    start_options, stream_replay,
 };
 use crate::access::{Guard, Operation};
 use crate::pb::response_recorder_service_server::ResponseRecorderService;
@@ -11,7 +11,7 @@ use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
     IsEnabledResponse, RecordRequest, RecordResponse, RecordStatus, ReplayRequest, ReplayResponse,
 };
-use crate::recorder::{Producer, Progress, Recorder, Status as RecordingStatus};
+use crate::recorder::{Producer, Progress, Recorder, Status as RecordingStatus, Stopped};
 
 /// The current recorder API over a [`Recorder`].
 #[derive(Clone, Debug)]
@@ -43,7 +43,8 @@ impl ResponseRecorderService for RecorderService {
         let first = first_message(&mut stream, &self.lifecycle.stop).await?;
         let id = parse_id(&first.conversation_id)?;
         principal.authorize(Operation::Record, &id)?;
-        let producer = self.recorder.start(id).await?;
+        let options = start_options(first.resume_from_offset, first.retention_seconds)?;
+        let producer = self.recorder.start(id, options).await?;
         record_stream(producer, first, stream)
             .await
             .map(Response::new)
@@ -59,11 +60,21 @@ impl ResponseRecorderService for RecorderService {
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_offset)?;
-        let stream = stream_replay(&self.recorder, &principal, &id, offset, |piece| {
+        let replay = super::ReplayOf {
+            id: &id,
+            offset,
+            chunked: request.chunked,
+        };
+        let stop = &self.lifecycle.stop;
+        let stream = stream_replay(&self.recorder, &principal, replay, stop, |piece| {
+            let chunk = piece.chunk.unwrap_or_default();
             ReplayResponse {
                 content: piece.text,
                 redirect_address: String::new(),
                 offset: piece.end_offset as i64,
+                chunk_index: chunk.index,
+                committed_at_ms: chunk.committed_ms as i64,
+                ..Default::default()
             }
         })
         .await?;
@@ -101,7 +112,8 @@ impl ResponseRecorderService for RecorderService {
 }
 
 /// Appends each message's content until the producer completes (or half-closes), the stream
-/// fails, or the recording is ended by someone else (cancel, supersede, idle, shutdown).
+/// fails (the producer detaches: it may resume), or the session is stopped by another hand
+/// (cancel, delete, supersede, idle, another producer resuming, shutdown).
 async fn record_stream(
     mut producer: Producer,
     first: RecordRequest,
@@ -112,13 +124,13 @@ async fn record_stream(
         let message = match next.take() {
             Some(message) => message,
             None => tokio::select! {
-                ended = producer.ended() => return Ok(response(ended, producer.end_message())),
+                stopped = producer.stopped() => return Ok(stopped_response(stopped, &producer)),
                 message = stream.message() => match message {
                     Ok(Some(message)) => message,
                     Ok(None) => break,
                     Err(status) => {
                         let status = incoming_error(status);
-                        producer.interrupt(format!("producer stream failed: {}", status.message())).await;
+                        producer.detach(format!("producer stream failed: {}", status.message()));
                         return Err(status);
                     }
                 },
@@ -128,7 +140,7 @@ async fn record_stream(
             .accept(&message.conversation_id, &message.content)
             .await
         {
-            producer.interrupt(err.client_message()).await;
+            producer.detach(err.client_message());
             return Err(err.into());
         }
         if message.complete {
@@ -137,11 +149,24 @@ async fn record_stream(
     }
     Ok(match producer.complete().await {
         Ok(progress) => response(progress, producer.end_message()),
-        Err(err) => RecordResponse {
-            status: RecordStatus::Error as i32,
-            error_message: err.client_message(),
-        },
+        Err(err) => error_response(err.client_message()),
     })
+}
+
+/// The answer to a producer whose session was stopped by another hand.
+fn stopped_response(stopped: Stopped, producer: &Producer) -> RecordResponse {
+    match stopped {
+        Stopped::Ended(progress) => response(progress, producer.end_message()),
+        Stopped::Fenced => error_response(crate::Error::Fenced.client_message()),
+        Stopped::ShuttingDown => error_response(crate::Error::ShuttingDown.client_message()),
+    }
+}
+
+fn error_response(message: String) -> RecordResponse {
+    RecordResponse {
+        status: RecordStatus::Error as i32,
+        error_message: message,
+    }
 }
 
 /// The answer to a producer whose recording ended as `progress` says.
@@ -149,6 +174,7 @@ fn response(progress: Progress, message: Option<&str>) -> RecordResponse {
     let (status, default_message) = match progress.status {
         RecordingStatus::Completed => (RecordStatus::Success, ""),
         RecordingStatus::Cancelled => (RecordStatus::Cancelled, "the recording was cancelled"),
+        RecordingStatus::Deleted => (RecordStatus::Cancelled, "the recording was deleted"),
         RecordingStatus::Superseded => (
             RecordStatus::Error,
             "superseded: a newer recording of this conversation replaced this one",

@@ -9,8 +9,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::{
-    Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
-    stream_replay,
+    Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
+    principal, start_options, stream_replay,
 };
 use crate::access::{Guard, Operation};
 use crate::pb::response_resumer_service_server::ResponseResumerService;
@@ -19,7 +19,7 @@ use crate::pb::{
     CheckConversationsResponse, IsEnabledResponse, ReplayResponseTokensRequest,
     ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
-use crate::recorder::{Producer, Recorder, Status as RecordingStatus};
+use crate::recorder::{Producer, Recorder, Status as RecordingStatus, Stopped};
 
 /// How long `CancelResponse` waits for the producer's stream to end.
 const CANCEL_WAIT: Duration = Duration::from_secs(30);
@@ -84,7 +84,13 @@ impl ResponseResumerService for ResumerService {
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_position)?;
-        let stream = stream_replay(&self.recorder, &principal, &id, offset, |piece| {
+        let replay = ReplayOf {
+            id: &id,
+            offset,
+            chunked: false,
+        };
+        let stop = &self.lifecycle.stop;
+        let stream = stream_replay(&self.recorder, &principal, replay, stop, |piece| {
             ReplayResponseTokensResponse {
                 token: piece.text,
                 offset: piece.end_offset as i64,
@@ -133,16 +139,18 @@ async fn start_producer(
     let first = first_message(requests, stop).await?;
     let id = parse_id(&first.conversation_id)?;
     principal.authorize(Operation::Record, &id)?;
-    Ok((recorder.start(id).await?, first))
+    let options = start_options(first.resume_from_offset, first.retention_seconds)?;
+    Ok((recorder.start(id, options).await?, first))
 }
 
 /// An acknowledgement in flight: resolves to the response owed for one request.
 type PendingAck = Pin<Box<dyn Future<Output = StreamResponseTokenResponse> + Send>>;
 
 /// The producer session of the legacy API. Every request is answered, in order: a token once
-/// it is committed, with the committed length; a refused message at once with `success=false`
-/// (the stream goes on). When the recording is ended by someone else the producer gets one
-/// last response (`cancel_requested=true` for a cancel) and the stream closes.
+/// it is committed, with the committed length (a resent token that was already committed, at
+/// once, with the length it reaches); a refused message at once with `success=false` (the
+/// stream goes on). When the session is stopped by another hand the producer gets one last
+/// response (`cancel_requested=true` for a cancel or delete) and the stream closes.
 async fn stream_tokens(
     mut producer: Producer,
     first: StreamResponseTokenRequest,
@@ -168,17 +176,16 @@ async fn stream_tokens(
             biased;
             Some(response) = pending.next() => {
                 if responses.send(Ok(response)).await.is_err() {
-                    producer.interrupt("the producer went away".into()).await;
+                    producer.detach("the producer went away".into());
                     return;
                 }
             }
-            ended = producer.ended() => {
+            stopped = producer.stopped() => {
                 // Acks already owed come first; refused ones report the end themselves.
                 while let Some(response) = pending.next().await {
                     let _ = responses.send(Ok(response)).await;
                 }
-                let end = end_response(ended.bytes, ended.status, producer.end_message());
-                let _ = responses.send(Ok(end)).await;
+                let _ = responses.send(Ok(stopped_response(stopped, &producer))).await;
                 return;
             }
             message = requests.message(), if input_open => match message {
@@ -186,7 +193,7 @@ async fn stream_tokens(
                 Ok(None) => input_open = false,
                 Err(status) => {
                     let status = incoming_error(status);
-                    producer.interrupt(format!("producer stream failed: {}", status.message())).await;
+                    producer.detach(format!("producer stream failed: {}", status.message()));
                     // If the producer is still there to hear it: the acks it is owed, then why
                     // its stream ended.
                     while let Some(response) = pending.next().await {
@@ -256,13 +263,26 @@ fn refusal(message: &str, offset: u64) -> StreamResponseTokenResponse {
     }
 }
 
+/// The last response of a producer whose session was stopped by another hand.
+fn stopped_response(stopped: Stopped, producer: &Producer) -> StreamResponseTokenResponse {
+    let bytes = producer.progress().bytes;
+    match stopped {
+        Stopped::Ended(ended) => end_response(ended.bytes, ended.status, producer.end_message()),
+        Stopped::Fenced => refusal(&crate::Error::Fenced.client_message(), bytes),
+        Stopped::ShuttingDown => refusal(&crate::Error::ShuttingDown.client_message(), bytes),
+    }
+}
+
 /// The last response of a producer whose recording was ended by someone else.
 fn end_response(
     bytes: u64,
     status: RecordingStatus,
     message: Option<&str>,
 ) -> StreamResponseTokenResponse {
-    if status == RecordingStatus::Cancelled {
+    if matches!(
+        status,
+        RecordingStatus::Cancelled | RecordingStatus::Deleted
+    ) {
         return StreamResponseTokenResponse {
             success: true,
             error_message: String::new(),

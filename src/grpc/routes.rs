@@ -6,11 +6,12 @@ use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use super::{RecorderService, ResumerService};
+use super::{RecorderService, RecordingsService, ResumerService};
 use crate::access::Guard;
 use crate::error::{Error, Result};
 use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
 use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
+use crate::pb::tapedeck::recordings_server::RecordingsServer;
 use crate::recorder::Recorder;
 
 /// Headroom for the rest of a request message around its largest allowed chunk.
@@ -48,10 +49,14 @@ impl Health {
         reporter
             .set_not_serving::<ResponseResumerServiceServer<ResumerService>>()
             .await;
+        reporter
+            .set_not_serving::<RecordingsServer<RecordingsService>>()
+            .await;
     }
 }
 
-/// The gRPC services over `recorder`: the current and the legacy Memory Service APIs, health
+/// The gRPC services over `recorder`: the current and the legacy Memory Service APIs,
+/// tapedeck's management API (`tapedeck.v1.Recordings`), health
 /// (everything SERVING) and reflection (v1 and v1alpha), both open to anyone; the two APIs
 /// check each call's credentials with `guard`. Requests may carry a chunk of up to
 /// `max_chunk_bytes`.
@@ -73,6 +78,9 @@ pub async fn routes(
     reporter
         .set_serving::<ResponseResumerServiceServer<ResumerService>>()
         .await;
+    reporter
+        .set_serving::<RecordingsServer<RecordingsService>>()
+        .await;
     // Both reflection versions: grpcurl and other tools differ in which one they ask for.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -83,6 +91,7 @@ pub async fn routes(
     let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::Reflection)?;
     let current = RecorderService::new(recorder.clone(), guard.clone(), lifecycle.clone());
     let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone());
+    let management = RecordingsService::new(recorder.clone(), guard.clone());
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)
@@ -91,6 +100,7 @@ pub async fn routes(
         )
         .add_service(
             ResponseResumerServiceServer::new(legacy).max_decoding_message_size(max_message),
-        );
+        )
+        .add_service(RecordingsServer::new(management));
     Ok((routes, Health { reporter }))
 }

@@ -1,7 +1,10 @@
 //! The domain core: live recordings (status, committed high-water mark, the live registry and
-//! its limit, supersede), producer sessions, replays from any byte offset, cancel, the live
-//! check, idle timeouts and shutdown. Protocol-free: the faces sit on top, the store below.
+//! its limit, the conflict policy), producer sessions (attach, detach, resume, fencing),
+//! replays from any byte offset, cancel, delete, what is known about a recording, the live
+//! check, idle timeouts, grace periods and shutdown. Protocol-free: the faces sit on top, the
+//! store below.
 
+mod info;
 mod producer;
 mod registry;
 mod replay;
@@ -13,11 +16,14 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-pub use producer::Producer;
-pub use registry::Recordings;
-pub use replay::{MAX_MESSAGE_BYTES, Piece, Replay};
+use tokio_util::sync::CancellationToken;
+
+pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, MAX_PAGE_SIZE, RecordingInfo};
+pub use producer::{Producer, Stopped};
+pub use registry::{LivePolicy, OnConflict, Recordings};
+pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};
-pub use tape::{Tape, TapeWriter};
+pub use tape::{Holder, Tape, TapeWriter};
 
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
@@ -33,8 +39,18 @@ pub struct Limits {
     pub max_chunk_bytes: usize,
     /// Largest recording, in UTF-8 bytes.
     pub max_recording_bytes: u64,
-    /// Most recordings live at once.
-    pub max_live_recordings: usize,
+    /// Longest retention a producer may choose for its recording.
+    pub max_retention: Duration,
+}
+
+/// How a producer opens its session.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct StartOptions {
+    /// Resume the conversation's recording, resending from this byte offset; `None` starts a
+    /// new recording.
+    pub resume_from: Option<u64>,
+    /// Keep the recording this long once finished, instead of the server's retention.
+    pub retention: Option<Duration>,
 }
 
 /// The recorder: cheap to clone, shared by every face.
@@ -43,15 +59,18 @@ pub struct Recorder {
     recordings: Recordings,
     limits: Limits,
     shutting_down: Arc<AtomicBool>,
+    /// Cancelled at shutdown: producers are told to go.
+    stopping: CancellationToken,
 }
 
 impl Recorder {
-    /// A recorder over `store`, with no live recordings yet.
-    pub fn new(store: Store, limits: Limits) -> Self {
+    /// A recorder over `store`; the recordings the last run left live are adopted, detached.
+    pub fn new(store: Store, limits: Limits, policy: LivePolicy) -> Self {
         Self {
-            recordings: Recordings::new(store, limits.max_live_recordings),
+            recordings: Recordings::new(store, policy),
             limits,
             shutting_down: Arc::new(AtomicBool::new(false)),
+            stopping: CancellationToken::new(),
         }
     }
 
@@ -60,22 +79,41 @@ impl Recorder {
         &self.recordings
     }
 
-    /// Starts recording conversation `id`, superseding a recording still live there.
+    /// Opens a producer session on conversation `id`: a new recording (superseding or, under
+    /// the reject policy, refused by a live one), or a resume of its recording (see
+    /// [`Recordings::resume`]).
     ///
-    /// Fails with `TooManyLiveRecordings`, `ShuttingDown`, or a storage error.
-    pub async fn start(&self, id: ConversationId) -> Result<Producer> {
+    /// Fails with `RetentionTooLong`, `AlreadyRecording`, `TooManyLiveRecordings`,
+    /// `ResumePastEnd`, `AlreadyEnded`, `ShuttingDown`, or a storage error.
+    pub async fn start(&self, id: ConversationId, options: StartOptions) -> Result<Producer> {
         if self.is_shutting_down() {
             return Err(Error::ShuttingDown);
         }
-        let writer = self.recordings.start(&id).await?;
+        let retention_ms = match options.retention {
+            Some(asked) if asked > self.limits.max_retention => {
+                return Err(Error::RetentionTooLong {
+                    asked: asked.as_secs(),
+                    max: self.limits.max_retention.as_secs(),
+                });
+            }
+            asked => asked.map(|r| r.as_millis() as u64),
+        };
+        let writer = match options.resume_from {
+            None => self.recordings.start(&id, retention_ms).await?,
+            Some(offset) => self.recordings.resume(&id, offset, retention_ms).await?,
+        };
         if self.is_shutting_down() {
-            // Raced with shutdown's sweep over live recordings: end this one too.
-            let _ = writer
-                .finish(Status::Interrupted, Some(SHUTDOWN_MESSAGE.into()))
-                .await;
+            // Raced with shutdown: the recording stays live (detached) for the next run.
+            writer.detach(SHUTDOWN_MESSAGE.into());
             return Err(Error::ShuttingDown);
         }
-        Ok(Producer::new(writer, self.limits))
+        let resume_from = options.resume_from.unwrap_or(0);
+        Ok(Producer::new(
+            writer,
+            resume_from,
+            self.limits,
+            self.stopping.clone(),
+        ))
     }
 
     /// Opens a replay of conversation `id` from byte `offset`.
@@ -99,6 +137,49 @@ impl Recorder {
         // Not live (or it ended just now): only an earlier cancel counts as accepted.
         let meta = self.recordings.store().meta(id.key()).await?;
         Ok(meta.is_some_and(|m| m.status == Status::Cancelled))
+    }
+
+    /// Deletes conversation `id`'s recording: a live one is cancelled first (its producer is
+    /// told so, its readers end with `deleted`); its chunks are deleted in bounded commits and
+    /// a tombstone is left. Returns whether there was a recording; deleting again is harmless.
+    ///
+    /// Fails when a commit fails; what is left is collected by the sweeper.
+    pub async fn delete(&self, id: &ConversationId) -> Result<bool> {
+        let mut was_live = false;
+        if let Some(tape) = self.recordings.live(id.key()) {
+            was_live = self
+                .recordings
+                .end(
+                    &tape,
+                    Status::Deleted,
+                    Some("the recording was deleted".into()),
+                )
+                .await?;
+        }
+        let existed = self.recordings.store().delete(id.key()).await?;
+        if existed || was_live {
+            tracing::info!(conversation = %id, "recording deleted");
+        }
+        Ok(existed || was_live)
+    }
+
+    /// What is known about conversation `id`'s recording.
+    ///
+    /// Fails with a storage error.
+    pub async fn get(&self, id: &ConversationId) -> Result<Found> {
+        info::get(&self.recordings, id).await
+    }
+
+    /// A page of stored recordings in start order (see [`crate::store::Store::list`]).
+    ///
+    /// Fails with `BadPageToken`, or a storage error.
+    pub async fn list(
+        &self,
+        page_token: Option<&str>,
+        page_size: usize,
+        only: Option<Status>,
+    ) -> Result<Listing> {
+        info::list(&self.recordings, page_token, page_size, only).await
     }
 
     /// As [`cancel`](Self::cancel), then waits up to `wait` for the producer to let go.
@@ -144,19 +225,21 @@ impl Recorder {
             .collect())
     }
 
-    /// Refuses new recordings and ends every live one as `interrupted`; their producers are
-    /// told the server is shutting down and their replays end.
+    /// Refuses new recordings and tells every producer the server is shutting down; returns
+    /// once they have all let go. Their recordings stay live (detached) in the file: after the
+    /// restart they wait the grace period again for their producers to resume.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
+        self.recordings.stop_grace();
+        self.stopping.cancel();
         for tape in self.recordings.live_tapes() {
-            if let Err(err) = self
-                .recordings
-                .end(&tape, Status::Interrupted, Some(SHUTDOWN_MESSAGE.into()))
-                .await
-            {
-                tracing::warn!(conversation = %tape.id(), error = %err, "could not end a live recording at shutdown");
-            }
+            tape.producer_detached().await;
         }
+    }
+
+    /// Resolves once shutdown has begun.
+    pub async fn shutting_down(&self) {
+        self.stopping.cancelled().await;
     }
 
     fn is_shutting_down(&self) -> bool {

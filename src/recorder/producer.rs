@@ -1,36 +1,65 @@
 //! `Producer`: one producer's session on a live recording. Checks each incoming message
-//! against the session's id and the size limits, and appends its content.
+//! against the session's id and the size limits, skips what a resuming producer resends that
+//! is already committed, and appends the rest.
 use std::sync::Arc;
 
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::Limits;
 use super::status::{Progress, Status};
-use super::tape::{Tape, TapeWriter};
+use super::tape::{Holder, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::Committed;
 
-/// A producer's session on a live recording. Dropping it before it completes ends the
-/// recording as `interrupted`.
+/// Why a producer's session stopped by another hand than its own.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stopped {
+    /// The recording ended (cancelled, deleted, superseded, idle, failed); its final progress.
+    Ended(Progress),
+    /// Another producer resumed the recording; this one may store nothing more.
+    Fenced,
+    /// The server is shutting down; the recording stays live for the producer to resume.
+    ShuttingDown,
+}
+
+/// A producer's session on a live recording. Dropping it before it completes detaches the
+/// producer: the recording waits the grace period for a resume.
 #[derive(Debug)]
 pub struct Producer {
     tape: Arc<Tape>,
-    /// `None` once the session has completed.
+    /// `None` once the session has completed or detached.
     writer: Option<TapeWriter>,
+    session: u64,
     limits: Limits,
     progress: watch::Receiver<Progress>,
+    holder: watch::Receiver<Holder>,
+    stopping: CancellationToken,
+    /// Bytes still to be resent that are already committed: skipped, not stored again.
+    skip: u64,
 }
 
 impl Producer {
-    pub(super) fn new(writer: TapeWriter, limits: Limits) -> Self {
+    /// A session writing with `writer` that will resend from byte `resume_from` (at most what
+    /// is committed); `stopping` is cancelled at shutdown.
+    pub(super) fn new(
+        writer: TapeWriter,
+        resume_from: u64,
+        limits: Limits,
+        stopping: CancellationToken,
+    ) -> Self {
         let tape = writer.tape().clone();
-        let progress = tape.subscribe();
+        let skip = writer.appended_bytes().saturating_sub(resume_from);
         Self {
+            progress: tape.subscribe(),
+            holder: tape.watch_holder(),
+            session: writer.session(),
             tape,
             writer: Some(writer),
             limits,
-            progress,
+            stopping,
+            skip,
         }
     }
 
@@ -39,11 +68,14 @@ impl Producer {
         self.tape.id()
     }
 
-    /// Bytes appended so far, committed or not.
+    /// Bytes this producer has sent so far, counting from the start of the recording: what it
+    /// resent that was already committed included, and what is not committed yet.
     pub fn appended_bytes(&self) -> u64 {
-        self.writer
+        let appended = self
+            .writer
             .as_ref()
-            .map_or(self.tape.progress().bytes, TapeWriter::appended_bytes)
+            .map_or(self.tape.progress().bytes, TapeWriter::appended_bytes);
+        appended - self.skip
     }
 
     /// What is committed of the recording now, and its status.
@@ -62,11 +94,12 @@ impl Producer {
     }
 
     /// Checks a later message's id (empty, or the same conversation in any form) and appends
-    /// its non-empty content as one chunk. Returns the commit receiver, or `None` for no content.
+    /// its non-empty content as one chunk, less what a resuming producer resent that is
+    /// already committed. Returns the commit receiver, or `None` when nothing is appended.
     ///
     /// Fails with `ConversationIdChanged`, `InvalidConversationId`, `ChunkTooLarge`,
-    /// `RecordingTooLarge`, `RecordingEnded` after [`complete`](Self::complete), or
-    /// `ShuttingDown`. A failed message appends nothing.
+    /// `RecordingTooLarge`, `ResumeInsideCharacter`, `RecordingEnded` after
+    /// [`complete`](Self::complete), or `ShuttingDown`. A failed message appends nothing.
     pub async fn accept(
         &mut self,
         conversation_id: &[u8],
@@ -79,9 +112,6 @@ impl Producer {
         {
             return Err(Error::ConversationIdChanged);
         }
-        if content.is_empty() {
-            return Ok(None);
-        }
         if content.len() > self.limits.max_chunk_bytes {
             return Err(Error::ChunkTooLarge {
                 size: content.len(),
@@ -89,6 +119,23 @@ impl Producer {
             });
         }
         let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
+        let content = match usize::try_from(self.skip) {
+            Ok(skip) if skip >= content.len() => {
+                self.skip -= content.len() as u64;
+                return Ok(None);
+            }
+            Ok(skip) if skip > 0 => {
+                let rest = content.get(skip..).ok_or(Error::ResumeInsideCharacter {
+                    offset: writer.appended_bytes(),
+                })?;
+                self.skip = 0;
+                rest
+            }
+            _ => content,
+        };
+        if content.is_empty() {
+            return Ok(None);
+        }
         let size = writer.appended_bytes() + content.len() as u64;
         if size > self.limits.max_recording_bytes {
             return Err(Error::RecordingTooLarge {
@@ -99,32 +146,38 @@ impl Producer {
         writer.append(content).await.map(Some)
     }
 
-    /// Waits until the recording ends by another hand (cancel, supersede, idle timeout,
-    /// shutdown, storage failure) and returns its final progress.
-    pub async fn ended(&mut self) -> Progress {
-        match self.progress.wait_for(|p| !p.status.is_live()).await {
-            Ok(progress) => *progress,
-            // The sender lives in the tape we hold, so this cannot happen; report it as is.
-            Err(_) => self.tape.progress(),
+    /// Waits until the session is stopped by another hand: the recording ends (cancel,
+    /// delete, supersede, idle timeout, storage failure), another producer resumes it, or the
+    /// server shuts down.
+    pub async fn stopped(&mut self) -> Stopped {
+        let session = self.session;
+        let (progress, holder) = (&mut self.progress, &mut self.holder);
+        tokio::select! {
+            ended = progress.wait_for(|p| !p.status.is_live()) => match ended {
+                Ok(progress) => Stopped::Ended(*progress),
+                // The sender lives in the tape we hold, so this cannot happen.
+                Err(_) => Stopped::Ended(self.tape.progress()),
+            },
+            _ = holder.wait_for(|h| h.session != session) => Stopped::Fenced,
+            () = self.stopping.cancelled() => Stopped::ShuttingDown,
         }
     }
 
     /// Finishes the recording as `completed` once all its chunks are committed. The returned
     /// progress says how it really ended (it may have been cancelled or superseded first).
     ///
-    /// Fails when the end cannot be committed, or was already asked for.
+    /// Fails with `Fenced` when another producer has taken over, when the end cannot be
+    /// committed, or was already asked for.
     pub async fn complete(&mut self) -> Result<Progress> {
         let writer = self.writer.take().ok_or(Error::RecordingEnded)?;
         writer.finish(Status::Completed, None).await
     }
 
-    /// Ends the recording as `interrupted` because the producer failed with `reason`.
-    pub async fn interrupt(mut self, reason: String) {
-        let Some(writer) = self.writer.take() else {
-            return;
-        };
-        if let Err(err) = writer.finish(Status::Interrupted, Some(reason)).await {
-            tracing::warn!(conversation = %self.tape.id(), error = %err, "could not record an interrupted recording");
+    /// Lets go of the recording because of `reason`: it stays live for the grace period, for
+    /// a producer to resume.
+    pub fn detach(mut self, reason: String) {
+        if let Some(writer) = self.writer.take() {
+            writer.detach(reason);
         }
     }
 }

@@ -1,49 +1,144 @@
 //! The live recordings: at most one per conversation, at most `max_live` in all. A start
-//! registers its recording and supersedes the conversation's live one on the commit pipeline's
-//! thread, in queue order, before anything is deleted; a recording leaves the registry when its
-//! end is published.
+//! registers its recording and supersedes (or, under the reject policy, refuses to replace)
+//! the conversation's live one on the commit pipeline's thread, in queue order, before anything
+//! is deleted; a resume takes over the live recording, or makes an ended one live again. A
+//! recording leaves the registry when its end is published. Detached recordings end after the
+//! grace period unless a producer resumes them.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
 
 use super::status::Status;
-use super::tape::{Tape, TapeWriter};
+use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Admit, Admitted, Live, LiveRecording, Store};
+use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, RecordingMeta, Store};
+
+/// What a new recording does to a conversation's live one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// Replaces it: its producer is told it was superseded, its data deleted.
+    #[default]
+    Supersede,
+    /// Is refused with `AlreadyRecording`.
+    Reject,
+}
+
+/// How live recordings behave.
+#[derive(Debug, Clone, Copy)]
+pub struct LivePolicy {
+    /// Most recordings live at once.
+    pub max_live: usize,
+    /// How long a detached recording waits for its producer to resume.
+    pub grace: Duration,
+    /// What a new recording does to a live one.
+    pub on_conflict: OnConflict,
+}
+
+impl Default for LivePolicy {
+    /// The server's defaults: 10,000 live, a 30 s grace period, supersede.
+    fn default() -> Self {
+        Self {
+            max_live: 10_000,
+            grace: Duration::from_secs(30),
+            on_conflict: OnConflict::Supersede,
+        }
+    }
+}
 
 /// Live recordings by conversation key.
 #[derive(Debug)]
 pub(crate) struct Registry {
     tapes: Mutex<HashMap<u128, Arc<Tape>>>,
-    max_live: usize,
+    policy: LivePolicy,
     /// Woken whenever a recording joins or leaves.
     changed: Notify,
+    /// Cancelled at shutdown: grace periods stop running (detached recordings stay live in
+    /// the file, for the next run).
+    stopping: CancellationToken,
 }
 
 impl Registry {
     /// Registers a new recording of `id`, closing the live one it replaces.
     ///
-    /// Fails with `TooManyLiveRecordings` when `max_live` other conversations are live.
+    /// Fails with `AlreadyRecording` under the reject policy when the conversation has a live
+    /// recording, or `TooManyLiveRecordings` when `max_live` other conversations are live.
     fn admit(
         self: &Arc<Self>,
         id: ConversationId,
-        generation: u64,
-        now_ms: u64,
+        opening: Opening,
     ) -> Result<(Arc<Tape>, Option<Arc<Tape>>)> {
         let key = id.key();
         let mut tapes = self.lock();
-        if !tapes.contains_key(&key) && tapes.len() >= self.max_live {
-            return Err(Error::TooManyLiveRecordings { max: self.max_live });
+        let live_here = tapes.contains_key(&key);
+        if live_here && self.policy.on_conflict == OnConflict::Reject {
+            return Err(Error::AlreadyRecording { id: id.to_string() });
         }
-        let tape = Arc::new(Tape::new(id, generation, now_ms, Arc::downgrade(self)));
+        if !live_here && tapes.len() >= self.policy.max_live {
+            return Err(Error::TooManyLiveRecordings {
+                max: self.policy.max_live,
+            });
+        }
+        let tape = Arc::new(Tape::new(id, opening, Arc::downgrade(self)));
         // Registered before the commit so that a reader arriving now waits on this tape; it
         // shows nothing until chunks are committed.
         let replaced = tapes.insert(key, tape.clone()).filter(|old| old.close());
         drop(tapes);
         self.changed.notify_waiters();
         Ok((tape, replaced))
+    }
+
+    /// Registers a recording that was live when the last run stopped, detached.
+    fn adopt(self: &Arc<Self>, id: ConversationId, opening: Opening) -> Arc<Tape> {
+        let tape = Arc::new(Tape::new(id, opening, Arc::downgrade(self)));
+        self.lock().insert(tape.key(), tape.clone());
+        self.changed.notify_waiters();
+        tape
+    }
+
+    /// Ends `tape` as `interrupted` after the grace period, unless a producer resumes it or
+    /// the server shuts down first. `session` is the producer that let go, for `reason`.
+    pub(super) fn start_grace(
+        &self,
+        store: &Store,
+        tape: &Arc<Tape>,
+        session: u64,
+        reason: String,
+    ) {
+        if self.stopping.is_cancelled() {
+            return;
+        }
+        let grace = self.policy.grace;
+        let message = format!(
+            "the producer went away ({reason}) and did not resume within {}",
+            humantime::format_duration(grace)
+        );
+        let only = EndIf::Detached(session);
+        let live: Live = tape.clone();
+        if grace.is_zero() {
+            store.end_in_background(live, only, Status::Interrupted, message);
+            return;
+        }
+        let Ok(runtime) = tokio::runtime::Handle::try_current() else {
+            store.end_in_background(live, only, Status::Interrupted, message);
+            return;
+        };
+        let (store, stopping) = (store.clone(), self.stopping.clone());
+        runtime.spawn(async move {
+            tokio::select! {
+                () = tokio::time::sleep(grace) => {}
+                () = stopping.cancelled() => return,
+            }
+            if let Err(err) = store
+                .end_if(live, only, Status::Interrupted, Some(message))
+                .await
+            {
+                tracing::warn!(error = %err, "could not end a recording after its grace period");
+            }
+        });
     }
 
     /// Removes `tape`, if it is still the one registered for its conversation.
@@ -73,17 +168,36 @@ pub struct Recordings {
 }
 
 impl Recordings {
-    /// No live recordings yet over `store`; at most `max_live` at once.
-    pub fn new(store: Store, max_live: usize) -> Self {
-        let registry = Registry {
+    /// The live recordings over `store`: those the last run left live, adopted as detached
+    /// (their grace period starts now), and none else yet.
+    pub fn new(store: Store, policy: LivePolicy) -> Self {
+        let registry = Arc::new(Registry {
             tapes: Mutex::new(HashMap::new()),
-            max_live,
+            policy,
             changed: Notify::new(),
-        };
-        Self {
-            store,
-            registry: Arc::new(registry),
+            stopping: CancellationToken::new(),
+        });
+        let now_ms = store.clock().now_ms();
+        for recovered in store.take_recovered() {
+            let opening = Opening {
+                generation: recovered.generation,
+                now_ms,
+                chunks: recovered.chunks,
+                bytes: recovered.bytes,
+                attached: false,
+                timed_chunks: recovered.timed_chunks,
+            };
+            let tape = registry.adopt(recovered.id, opening);
+            let reason = "the server restarted".to_string();
+            registry.start_grace(&store, &tape, 0, reason);
         }
+        Self { store, registry }
+    }
+
+    /// Stops the grace periods under way: at shutdown, detached recordings stay live in the
+    /// file and their grace period starts again at the next start-up.
+    pub(crate) fn stop_grace(&self) {
+        self.registry.stopping.cancel();
     }
 
     /// The store underneath.
@@ -96,22 +210,125 @@ impl Recordings {
     /// start is committed.
     ///
     /// Fails with `TooManyLiveRecordings` at the live limit, or a storage error.
-    pub async fn start(&self, id: &ConversationId) -> Result<TapeWriter> {
-        let (made, tape) = oneshot::channel();
+    pub async fn start(
+        &self,
+        id: &ConversationId,
+        retention_ms: Option<u64>,
+    ) -> Result<TapeWriter> {
         let registry = self.registry.clone();
         let starting = id.clone();
-        let admit: Admit = Box::new(move |generation, now_ms| {
-            let (tape, replaced) = registry.admit(starting, generation, now_ms)?;
-            let _ = made.send(tape.clone());
+        let (tape, _) = self
+            .admit(id, retention_ms, move |admission| {
+                let generation = admission.previous.map_or(1, |p| p.generation + 1);
+                let opening = fresh(generation, admission.now_ms);
+                let (tape, replaced) = registry.admit(starting, opening)?;
+                Ok((tape, replaced, false))
+            })
+            .await?;
+        tracing::info!(conversation = %id, generation = tape.generation(), "recording started");
+        Ok(TapeWriter::new(self.store.clone(), tape))
+    }
+
+    /// Hands conversation `id`'s recording to a producer that believes `resume_from` bytes of
+    /// it are committed: takes over the live recording (fencing the producer attached to it),
+    /// or makes an `interrupted` or `failed` one live again. With no recording, and
+    /// `resume_from` 0, starts a new one kept `retention_ms` once finished.
+    ///
+    /// Fails with `ResumePastEnd` when `resume_from` is past what is committed,
+    /// `AlreadyEnded` for a completed or cancelled recording, `TooManyLiveRecordings`, or a
+    /// storage error.
+    pub async fn resume(
+        &self,
+        id: &ConversationId,
+        resume_from: u64,
+        retention_ms: Option<u64>,
+    ) -> Result<TapeWriter> {
+        // A recording that ends, or goes live, between the look and the commit sends it round
+        // again; it settles at once unless producers keep racing each other.
+        for attempt in 0.. {
+            if attempt > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(attempt.min(20))).await;
+            }
+            if attempt == MAX_RESUME_ATTEMPTS {
+                break;
+            }
+            if let Some(tape) = self.live(id.key()) {
+                match self.store.attach(tape.clone(), resume_from).await {
+                    Ok(resumed) => {
+                        tracing::info!(conversation = %id, session = resumed.session, committed = resumed.bytes, "producer resumed");
+                        return Ok(TapeWriter::resumed(self.store.clone(), tape, resumed));
+                    }
+                    Err(Error::RecordingEnded | Error::Superseded) => {
+                        self.settled(&tape).await;
+                        continue;
+                    }
+                    Err(err) => return Err(err),
+                }
+            }
+            let registry = self.registry.clone();
+            let resuming = id.clone();
+            let admitted = self
+                .admit(id, retention_ms, move |admission| {
+                    if registry.lock().contains_key(&resuming.key()) {
+                        return Err(Error::RecordingEnded);
+                    }
+                    let (opening, reopen) = resumption(&resuming, admission, resume_from)?;
+                    let (tape, replaced) = registry.admit(resuming, opening)?;
+                    Ok((tape, replaced, reopen))
+                })
+                .await;
+            match admitted {
+                Ok((tape, reopened)) => {
+                    let session = tape.holder().session;
+                    let bytes = tape.progress().bytes;
+                    if reopened {
+                        tracing::info!(conversation = %id, session, committed = bytes, "producer resumed an ended recording");
+                    } else {
+                        tracing::info!(conversation = %id, generation = tape.generation(), "recording started");
+                    }
+                    let resumed = crate::store::Resumed {
+                        session,
+                        chunks: tape.progress().chunks,
+                        bytes,
+                    };
+                    return Ok(TapeWriter::resumed(self.store.clone(), tape, resumed));
+                }
+                // Someone else made it live meanwhile: take it over from them.
+                Err(Error::RecordingEnded) => continue,
+                Err(err) => return Err(err),
+            }
+        }
+        Err(Error::ResumeUnsettled { id: id.to_string() })
+    }
+
+    /// Waits until `tape`'s end is published (it has left the registry).
+    async fn settled(&self, tape: &Tape) {
+        let mut progress = tape.subscribe();
+        let _ = progress.wait_for(|p| !p.status.is_live()).await;
+    }
+
+    /// Starts or reopens a recording through the commit pipeline; `decide` registers it (or
+    /// refuses) on the pipeline's thread. Returns the tape and whether it was reopened.
+    async fn admit(
+        &self,
+        id: &ConversationId,
+        retention_ms: Option<u64>,
+        decide: impl FnOnce(Admission<'_>) -> Result<(Arc<Tape>, Option<Arc<Tape>>, bool)>
+        + Send
+        + 'static,
+    ) -> Result<(Arc<Tape>, bool)> {
+        let (made, tape) = oneshot::channel();
+        let admit: Admit = Box::new(move |admission| {
+            let (tape, replaced, reopen) = decide(admission)?;
+            let _ = made.send((tape.clone(), reopen));
             Ok(Admitted {
                 live: tape,
                 replaced: replaced.map(|old| old as Live),
+                reopen,
             })
         });
-        self.store.start(id, admit).await?;
-        let tape = tape.await.map_err(|_| Error::ShuttingDown)?;
-        tracing::info!(conversation = %id, generation = tape.generation(), "recording started");
-        Ok(TapeWriter::new(self.store.clone(), tape))
+        self.store.start(id, retention_ms, admit).await?;
+        tape.await.map_err(|_| Error::ShuttingDown)
     }
 
     /// Ends a live recording with `status` once everything queued before is committed.
@@ -132,6 +349,11 @@ impl Recordings {
         self.registry.lock().get(&key).cloned()
     }
 
+    /// How long a detached recording waits for its producer.
+    pub fn grace(&self) -> Duration {
+        self.registry.policy.grace
+    }
+
     /// Every live recording.
     pub fn live_tapes(&self) -> Vec<Arc<Tape>> {
         self.registry.lock().values().cloned().collect()
@@ -141,5 +363,67 @@ impl Recordings {
     /// that a change between the look and the wait is not missed.
     pub(crate) fn changed(&self) -> tokio::sync::futures::Notified<'_> {
         self.registry.changed.notified()
+    }
+}
+
+/// Looks a resume goes round before giving up on a recording whose state does not settle.
+const MAX_RESUME_ATTEMPTS: u64 = 50;
+
+/// The opening of a new recording, held by producer session 1.
+fn fresh(generation: u64, now_ms: u64) -> Opening {
+    Opening {
+        generation,
+        now_ms,
+        chunks: 0,
+        bytes: 0,
+        attached: true,
+        timed_chunks: true,
+    }
+}
+
+/// How a resume from `resume_from` opens the conversation's stored recording: reopened when
+/// it ended without its producer finishing it, new when there is none (or it was deleted).
+///
+/// Fails with `ResumePastEnd` or `AlreadyEnded`.
+fn resumption(
+    id: &ConversationId,
+    admission: Admission<'_>,
+    resume_from: u64,
+) -> Result<(Opening, bool)> {
+    let past_end = |committed| Error::ResumePastEnd {
+        id: id.to_string(),
+        offset: resume_from,
+        committed,
+    };
+    let previous: Option<&RecordingMeta> = admission.previous;
+    match previous {
+        Some(meta) if meta.status.is_resumable() => {
+            if resume_from > meta.byte_len {
+                return Err(past_end(meta.byte_len));
+            }
+            let opening = Opening {
+                generation: meta.generation,
+                now_ms: admission.now_ms,
+                chunks: meta.chunk_count,
+                bytes: meta.byte_len,
+                attached: true,
+                timed_chunks: meta.timed_chunks,
+            };
+            Ok((opening, true))
+        }
+        Some(meta) if matches!(meta.status, Status::Completed | Status::Cancelled) => {
+            Err(Error::AlreadyEnded {
+                id: id.to_string(),
+                status: meta.status,
+                bytes: meta.byte_len,
+            })
+        }
+        // Live in the file but not in the registry: its end is being recorded; look again.
+        Some(meta) if meta.status.is_live() => Err(Error::RecordingEnded),
+        _ if resume_from > 0 => Err(past_end(0)),
+        _ => {
+            let generation = previous.map_or(1, |p| p.generation + 1);
+            Ok((fresh(generation, admission.now_ms), false))
+        }
     }
 }

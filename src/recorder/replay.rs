@@ -1,16 +1,17 @@
 //! `Replay`: one reader's walk through a recording, from a byte offset to its end. Catch-up is
 //! read in messages of up to 64 KiB; once caught up it waits on the recording's committed
-//! high-water mark, so new chunks are pushed without polling, with no gap and no duplicate.
+//! high-water mark, so new chunks are pushed without polling, with no gap and no duplicate. A
+//! chunked replay sends one message per recorded chunk instead.
 use std::sync::Arc;
 
 use tokio::sync::watch;
 
 use super::registry::Recordings;
 use super::status::{Progress, Status};
-use super::tape::Tape;
-use crate::error::{Error, Result};
+use super::tape::{Following, Tape};
+use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;
-use crate::store::Chunk;
+use crate::store::{Chunk, Lookup};
 
 /// Largest text sent in one replay message, in bytes.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
@@ -22,6 +23,18 @@ pub struct Piece {
     pub text: String,
     /// Byte offset just after `text`.
     pub end_offset: u64,
+    /// In a chunked replay, the recorded chunk this is (the rest of, when the replay began
+    /// inside it).
+    pub chunk: Option<ChunkMark>,
+}
+
+/// Which recorded chunk a message of a chunked replay carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ChunkMark {
+    /// Its index in the recording, from 0.
+    pub index: u64,
+    /// When it was committed, in ms since the epoch; 0 for chunks stored before schema 3.
+    pub committed_ms: u64,
 }
 
 /// Where a replay reads from.
@@ -30,6 +43,8 @@ enum Source {
     Live {
         tape: Arc<Tape>,
         progress: watch::Receiver<Progress>,
+        /// Counts this replay among the tape's readers.
+        _following: Following,
     },
     /// A finished recording; its committed state is fixed.
     Finished { progress: Progress },
@@ -51,6 +66,8 @@ pub struct Replay {
     pending_seek: Option<u64>,
     /// How the recording ended, once the replay has sent all of it.
     ended: Option<Status>,
+    /// One message per recorded chunk.
+    chunked: bool,
 }
 
 impl Replay {
@@ -70,6 +87,7 @@ impl Replay {
             position: 0,
             pending_seek: (offset > 0).then_some(offset),
             ended: None,
+            chunked: false,
         };
         // Seek now when the offset is already committed, so a bad offset fails the call itself.
         let progress = replay.progress();
@@ -106,13 +124,37 @@ impl Replay {
             if let Some(tape) = recordings.live(id.key()) {
                 let generation = tape.generation();
                 let progress = tape.subscribe();
-                return Ok((Source::Live { tape, progress }, generation));
+                let _following = tape.follow();
+                let source = Source::Live {
+                    tape,
+                    progress,
+                    _following,
+                };
+                return Ok((source, generation));
             }
-            let meta = recordings
-                .store()
-                .meta(id.key())
-                .await?
-                .ok_or_else(|| Error::RecordingNotFound { id: id.to_string() })?;
+            let not_found = |why| Error::RecordingNotFound {
+                id: id.to_string(),
+                why,
+            };
+            let meta = match recordings.store().lookup(id.key()).await? {
+                Lookup::Stored(meta) if meta.status == Status::Deleted => {
+                    let at_ms = meta.updated_ms;
+                    return Err(not_found(Absence::Deleted { at_ms }));
+                }
+                Lookup::Stored(meta) => meta,
+                Lookup::Gone(tombstone) => {
+                    return Err(not_found(match tombstone.gone {
+                        crate::store::Gone::Deleted => Absence::Deleted {
+                            at_ms: tombstone.finished_ms.unwrap_or(tombstone.collected_ms),
+                        },
+                        crate::store::Gone::Expired => Absence::Expired {
+                            finished_ms: tombstone.finished_ms,
+                            collected_ms: tombstone.collected_ms,
+                        },
+                    }));
+                }
+                Lookup::Unknown => return Err(not_found(Absence::Unknown)),
+            };
             if meta.status.is_live() && tokio::time::timeout_at(deadline, changed).await.is_ok() {
                 continue;
             }
@@ -138,6 +180,13 @@ impl Replay {
         self.next_up_to(MAX_MESSAGE_BYTES).await
     }
 
+    /// Makes this a chunked replay: each message is one recorded chunk (or the rest of the
+    /// one the replay begins in), whatever its size.
+    pub fn chunked(mut self) -> Self {
+        self.chunked = true;
+        self
+    }
+
     /// As [`next`](Self::next), with messages of at most `max_bytes` (clamped to 4 bytes ..=
     /// [`MAX_MESSAGE_BYTES`], so that any UTF-8 character fits).
     pub async fn next_up_to(&mut self, max_bytes: usize) -> Result<Option<Piece>> {
@@ -159,9 +208,20 @@ impl Replay {
             if self.pending_seek.is_none() && self.next_index < progress.chunks {
                 match self.read_from(self.next_index, max_bytes).await {
                     Ok(chunks) if !chunks.is_empty() => {
-                        return Ok(Some(self.coalesce(&chunks, max_bytes)?));
+                        let piece = match self.chunked {
+                            true => self.whole_chunk(&chunks[0])?,
+                            false => self.coalesce(&chunks, max_bytes)?,
+                        };
+                        return Ok(Some(piece));
                     }
                     Ok(_) => {}
+                    Err(Error::RecordingNotFound {
+                        why: Absence::Deleted { .. },
+                        ..
+                    }) => {
+                        self.ended = Some(Status::Deleted);
+                        return Ok(None);
+                    }
                     // The conversation was re-recorded under us: this recording is gone.
                     Err(Error::Superseded | Error::RecordingNotFound { .. }) => {
                         self.ended = Some(Status::Superseded);
@@ -190,7 +250,8 @@ impl Replay {
     /// `err`, naming the conversation as the reader did (the store knows only its key).
     fn named(&self, err: Error) -> Error {
         match err {
-            Error::RecordingNotFound { .. } => Error::RecordingNotFound {
+            Error::RecordingNotFound { why, .. } => Error::RecordingNotFound {
+                why,
                 id: self.id.to_string(),
             },
             err => err,
@@ -279,6 +340,24 @@ impl Replay {
             .await
     }
 
+    /// The rest of `chunk` from the current position, as one message.
+    fn whole_chunk(&mut self, chunk: &Chunk) -> Result<Piece> {
+        let skip = (self.position - chunk.offset) as usize;
+        let text = chunk.text.get(skip..).ok_or(Error::OffsetInsideCharacter {
+            offset: self.position,
+        })?;
+        self.position = chunk.end();
+        self.next_index = chunk.index + 1;
+        Ok(Piece {
+            text: text.to_string(),
+            end_offset: self.position,
+            chunk: Some(ChunkMark {
+                index: chunk.index,
+                committed_ms: chunk.committed_ms,
+            }),
+        })
+    }
+
     /// Joins chunks, from the current position, into one message of at most
     /// `max_bytes`, splitting a large chunk at a character boundary.
     fn coalesce(&mut self, chunks: &[Chunk], max_bytes: usize) -> Result<Piece> {
@@ -307,6 +386,7 @@ impl Replay {
         Ok(Piece {
             text,
             end_offset: self.position,
+            chunk: None,
         })
     }
 }

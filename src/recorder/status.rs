@@ -19,6 +19,8 @@ pub enum Status {
     /// Replaced by a newer recording of the same conversation and deleted. Never stored: only
     /// the readers and producer of the replaced recording see it.
     Superseded,
+    /// Deleted on request. Stored only while its data is being deleted, then a tombstone says so.
+    Deleted,
 }
 
 impl Status {
@@ -31,6 +33,7 @@ impl Status {
             Status::Interrupted => "interrupted",
             Status::Failed => "failed",
             Status::Superseded => "superseded",
+            Status::Deleted => "deleted",
         }
     }
 
@@ -38,6 +41,22 @@ impl Status {
     pub fn is_live(self) -> bool {
         self == Status::Recording
     }
+
+    /// Whether a producer may resume it: it ended without its producer finishing it.
+    pub fn is_resumable(self) -> bool {
+        matches!(self, Status::Interrupted | Status::Failed)
+    }
+
+    /// Every status, for parsing names.
+    pub const ALL: [Status; 7] = [
+        Status::Recording,
+        Status::Completed,
+        Status::Cancelled,
+        Status::Interrupted,
+        Status::Failed,
+        Status::Superseded,
+        Status::Deleted,
+    ];
 }
 
 impl std::fmt::Display for Status {

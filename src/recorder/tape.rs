@@ -1,6 +1,12 @@
 //! A live recording in memory: its committed high-water mark (a `watch` that readers wait on),
-//! the most recent committed chunks (so live readers rarely touch the disk), and the producer's
-//! handle that appends to it. The commit pipeline moves it on through [`LiveRecording`].
+//! the most recent committed chunks (so live readers rarely touch the disk), which producer
+//! session holds it, and the producer's handle that appends to it. The commit pipeline moves
+//! it on through [`LiveRecording`].
+//!
+//! A producer that lets go without finishing *detaches*: the recording stays live, readers
+//! keep following, and it ends as `interrupted` only if no producer resumes it within the
+//! grace period. A resume starts a new producer session; the pipeline refuses appends of
+//! older sessions from then on (fencing).
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -12,7 +18,7 @@ use super::registry::Registry;
 use super::status::{Progress, Status};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Chunk, Committed, LiveRecording, Store};
+use crate::store::{Chunk, Committed, EndIf, LiveRecording, Resumed, Store};
 
 /// Recent chunks kept in memory per live recording; older ones are read from the store.
 const TAIL_MAX_CHUNKS: usize = 512;
@@ -26,8 +32,18 @@ struct Tail {
     bytes: usize,
 }
 
+/// Which producer session may append to a live recording, and whether it is still there.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Holder {
+    /// The session whose appends are accepted; 0 before any (a recording adopted after a
+    /// restart).
+    pub session: u64,
+    /// Whether that session's producer is still connected.
+    pub attached: bool,
+}
+
 /// A live recording, shared by its producer, its readers and the commit pipeline. Only the
-/// pipeline's thread changes its committed state.
+/// pipeline's thread changes its committed state, and hands it to a new producer session.
 #[derive(Debug)]
 pub struct Tape {
     id: ConversationId,
@@ -39,25 +55,42 @@ pub struct Tape {
     closed: AtomicBool,
     /// Why the tape ended, when there is more to say than its status.
     end_message: OnceLock<String>,
-    /// `true` while a producer holds its `TapeWriter`.
-    producer_attached: watch::Sender<bool>,
+    /// The producer session that holds it.
+    holder: watch::Sender<Holder>,
+    /// Whether its chunks carry their commit time.
+    timed_chunks: bool,
+    /// Replays following it now.
+    readers: AtomicU64,
     /// The registry it is listed in while live; it leaves it when its end is published.
     registry: Weak<Registry>,
     started: Instant,
 }
 
+/// How a tape comes to be live.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Opening {
+    pub(super) generation: u64,
+    pub(super) now_ms: u64,
+    /// What is committed of it already: nothing for a new recording.
+    pub(super) chunks: u64,
+    pub(super) bytes: u64,
+    /// Held by producer session 1 from the start, or by nobody yet (adopted, reopened).
+    pub(super) attached: bool,
+    pub(super) timed_chunks: bool,
+}
+
 impl Tape {
-    pub(super) fn new(
-        id: ConversationId,
-        generation: u64,
-        now_ms: u64,
-        registry: Weak<Registry>,
-    ) -> Self {
+    pub(super) fn new(id: ConversationId, opening: Opening, registry: Weak<Registry>) -> Self {
         let progress = Progress {
-            chunks: 0,
-            bytes: 0,
+            chunks: opening.chunks,
+            bytes: opening.bytes,
             status: Status::Recording,
         };
+        let holder = Holder {
+            session: u64::from(opening.attached),
+            attached: opening.attached,
+        };
+        let (generation, now_ms) = (opening.generation, opening.now_ms);
         Self {
             id,
             generation,
@@ -66,7 +99,9 @@ impl Tape {
             last_activity_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
             end_message: OnceLock::new(),
-            producer_attached: watch::Sender::new(true),
+            holder: watch::Sender::new(holder),
+            timed_chunks: opening.timed_chunks,
+            readers: AtomicU64::new(0),
             registry,
             started: Instant::now(),
         }
@@ -108,11 +143,45 @@ impl Tape {
         self.last_activity_ms.load(Ordering::Relaxed)
     }
 
-    /// Waits until the producer has let go of the recording.
+    /// Waits until no producer is attached.
     pub async fn producer_detached(&self) {
-        let mut attached = self.producer_attached.subscribe();
+        let mut holder = self.holder.subscribe();
         // Err means the tape itself is gone, so no producer can be attached either.
-        let _ = attached.wait_for(|attached| !attached).await;
+        let _ = holder.wait_for(|holder| !holder.attached).await;
+    }
+
+    /// Which producer session holds it now.
+    pub fn holder(&self) -> Holder {
+        *self.holder.borrow()
+    }
+
+    /// A receiver that wakes whenever another producer session takes over, or the producer
+    /// lets go.
+    pub fn watch_holder(&self) -> watch::Receiver<Holder> {
+        self.holder.subscribe()
+    }
+
+    /// Marks producer `session` as gone; `false` if it did not hold the recording (another
+    /// session took over) or had let go already.
+    fn detach(&self, session: u64) -> bool {
+        self.holder.send_if_modified(|holder| {
+            let detaching = holder.session == session && holder.attached;
+            if detaching {
+                holder.attached = false;
+            }
+            detaching
+        })
+    }
+
+    /// Replays following it now.
+    pub fn readers(&self) -> u64 {
+        self.readers.load(Ordering::Relaxed)
+    }
+
+    /// Counts a replay following it, until the returned guard is dropped.
+    pub fn follow(self: &Arc<Self>) -> Following {
+        self.readers.fetch_add(1, Ordering::Relaxed);
+        Following { tape: self.clone() }
     }
 
     /// The committed chunks from `index` on that are still held in memory, or `None` when some
@@ -130,9 +199,25 @@ impl Tape {
     }
 }
 
+/// A replay's presence on a live tape: counted in [`Tape::readers`] while it lives.
+#[derive(Debug)]
+pub struct Following {
+    tape: Arc<Tape>,
+}
+
+impl Drop for Following {
+    fn drop(&mut self) {
+        self.tape.readers.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
 impl LiveRecording for Tape {
     fn key(&self) -> u128 {
         self.id.key()
+    }
+
+    fn name(&self) -> String {
+        self.id.to_string()
     }
 
     fn generation(&self) -> u64 {
@@ -156,6 +241,29 @@ impl LiveRecording for Tape {
 
     fn touch(&self, now_ms: u64) {
         self.last_activity_ms.store(now_ms, Ordering::Relaxed);
+    }
+
+    fn timed_chunks(&self) -> bool {
+        self.timed_chunks
+    }
+
+    fn producer_session(&self) -> u64 {
+        self.holder().session
+    }
+
+    fn attach_producer(&self) -> u64 {
+        let mut session = 0;
+        self.holder.send_modify(|holder| {
+            holder.session += 1;
+            holder.attached = true;
+            session = holder.session;
+        });
+        session
+    }
+
+    fn detached_as(&self, session: u64) -> bool {
+        let holder = self.holder();
+        holder.session == session && !holder.attached
     }
 
     fn committed(&self) -> (u64, u64) {
@@ -208,25 +316,42 @@ impl LiveRecording for Tape {
     }
 }
 
-/// The producer's handle on a live recording: assigns each chunk its index and offset.
-/// Dropping it without [`finish`](Self::finish) ends the recording as `interrupted`.
+/// The producer's handle on a live recording, for one producer session: assigns each chunk
+/// its index and offset. Dropping it without [`finish`](Self::finish) detaches the producer:
+/// the recording stays live for the grace period, for a producer to resume.
 #[derive(Debug)]
 pub struct TapeWriter {
     store: Store,
     tape: Arc<Tape>,
+    session: u64,
     next_index: u64,
     next_offset: u64,
     finished: bool,
+    /// Why the producer let go, for the log and the end message if nobody resumes.
+    detach_reason: Option<String>,
 }
 
 impl TapeWriter {
+    /// The handle of producer session 1 of a new recording.
     pub(super) fn new(store: Store, tape: Arc<Tape>) -> Self {
+        let resumed = Resumed {
+            session: tape.holder().session,
+            chunks: 0,
+            bytes: 0,
+        };
+        Self::resumed(store, tape, resumed)
+    }
+
+    /// The handle of a producer session that took over after `resumed.bytes` committed bytes.
+    pub(super) fn resumed(store: Store, tape: Arc<Tape>, resumed: Resumed) -> Self {
         Self {
             store,
             tape,
-            next_index: 0,
-            next_offset: 0,
+            session: resumed.session,
+            next_index: resumed.chunks,
+            next_offset: resumed.bytes,
             finished: false,
+            detach_reason: None,
         }
     }
 
@@ -235,13 +360,19 @@ impl TapeWriter {
         &self.tape
     }
 
-    /// Bytes appended so far, committed or not.
+    /// This producer session.
+    pub fn session(&self) -> u64 {
+        self.session
+    }
+
+    /// Bytes appended so far (before this session too), committed or not.
     pub fn appended_bytes(&self) -> u64 {
         self.next_offset
     }
 
     /// Queues `text` as the next chunk. The returned receiver resolves after the commit that
-    /// holds it; dropping it is fine (readers see the chunk once committed either way).
+    /// holds it, or with `Fenced` once another session has taken over; dropping it is fine
+    /// (readers see the chunk once committed either way).
     ///
     /// Fails with `ShuttingDown` when the store is closed.
     pub async fn append(&mut self, text: &str) -> Result<Committed> {
@@ -249,34 +380,54 @@ impl TapeWriter {
             index: self.next_index,
             offset: self.next_offset,
             text: Arc::from(text),
+            committed_ms: 0,
         };
-        let committed = self.store.append(self.tape.clone(), chunk).await?;
+        let committed = self
+            .store
+            .append(self.tape.clone(), self.session, chunk)
+            .await?;
         self.next_index += 1;
         self.next_offset += text.len() as u64;
         Ok(committed)
     }
 
-    /// Ends the recording with `status` once everything appended is committed. Returns the
-    /// final progress; its status differs from `status` when the recording had already ended
-    /// (cancelled, superseded, failed) before this call.
+    /// Ends the recording with `status` once everything appended is committed, if this session
+    /// still holds it. Returns the final progress; its status differs from `status` when the
+    /// recording had already ended (cancelled, superseded, deleted, failed) before this call.
     ///
-    /// Fails when the end cannot be committed.
+    /// Fails with `Fenced` when another session has taken over, or when the end cannot be
+    /// committed.
     pub async fn finish(mut self, status: Status, message: Option<String>) -> Result<Progress> {
         self.finished = true;
-        self.store.end(self.tape.clone(), status, message).await?;
+        let only = EndIf::Holds(self.session);
+        let ended = self
+            .store
+            .end_if(self.tape.clone(), only, status, message)
+            .await?;
+        if !ended && self.tape.progress().status.is_live() {
+            return Err(Error::Fenced);
+        }
         Ok(self.tape.progress())
+    }
+
+    /// Lets go of the recording without finishing it, because of `reason`.
+    pub fn detach(mut self, reason: String) {
+        self.detach_reason = Some(reason);
     }
 }
 
 impl Drop for TapeWriter {
     fn drop(&mut self) {
-        if !self.finished {
-            self.store.end_in_background(
-                self.tape.clone(),
-                Status::Interrupted,
-                "the producer went away".into(),
-            );
+        if self.finished || !self.tape.detach(self.session) {
+            return;
         }
-        self.tape.producer_attached.send_replace(false);
+        let reason = self
+            .detach_reason
+            .take()
+            .unwrap_or_else(|| "the producer went away".into());
+        tracing::info!(conversation = %self.tape.id, session = self.session, reason = %reason, "producer detached");
+        if let Some(registry) = self.tape.registry.upgrade() {
+            registry.start_grace(&self.store, &self.tape, self.session, reason);
+        }
     }
 }

@@ -8,6 +8,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
 use crate::recorder::Status;
+use crate::store::RecordingMeta;
 
 /// One committed piece of a recording.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -18,6 +19,9 @@ pub struct Chunk {
     pub offset: u64,
     /// The chunk's text.
     pub text: Arc<str>,
+    /// When the commit that stored it began, in ms since the epoch; 0 before it is committed,
+    /// and for chunks stored before schema 3.
+    pub committed_ms: u64,
 }
 
 impl Chunk {
@@ -35,6 +39,8 @@ pub type Committed = oneshot::Receiver<Result<u64>>;
 pub trait LiveRecording: Send + Sync + 'static {
     /// The conversation's storage key.
     fn key(&self) -> u128;
+    /// The conversation as its producer named it, for messages.
+    fn name(&self) -> String;
     /// Which of the conversation's recordings this is.
     fn generation(&self) -> u64;
     /// Marks the recording as taking no more ops; false if it already was (the first end wins).
@@ -45,6 +51,15 @@ pub trait LiveRecording: Send + Sync + 'static {
     fn ended_error(&self) -> Error;
     /// A chunk of it was accepted at `now_ms`.
     fn touch(&self, now_ms: u64);
+    /// Whether its chunks carry their commit time (see `schema::ChunkLayout`).
+    fn timed_chunks(&self) -> bool;
+    /// The producer session whose appends are accepted.
+    fn producer_session(&self) -> u64;
+    /// Hands the recording to a new producer session, attached; returns it. Appends of older
+    /// sessions are refused from now on.
+    fn attach_producer(&self) -> u64;
+    /// Whether `session` is the last producer session and has let go of the recording.
+    fn detached_as(&self, session: u64) -> bool;
     /// `(chunk count, byte length)` committed and published so far.
     fn committed(&self) -> (u64, u64);
     /// Chunks just committed, in order; readers may see them now.
@@ -56,15 +71,37 @@ pub trait LiveRecording: Send + Sync + 'static {
 /// A live recording shared with the pipeline.
 pub type Live = Arc<dyn LiveRecording>;
 
-/// What a start registered: the new live recording, and the live one it replaces, if any.
+/// What a start is decided on: the conversation's stored recording and the time.
+pub struct Admission<'a> {
+    /// The conversation's latest recording as stored, if any.
+    pub previous: Option<&'a RecordingMeta>,
+    /// The commit's time, in ms since the epoch.
+    pub now_ms: u64,
+}
+
+/// What a start registered: the live recording, and the live one it replaces, if any.
 pub struct Admitted {
-    /// The recording being started.
+    /// The recording being started (or reopened).
     pub live: Live,
     /// The conversation's live recording it supersedes; it ends in the same commit.
     pub replaced: Option<Live>,
+    /// `true` to make the stored recording live again (a resume of an ended recording)
+    /// instead of replacing it with a new one.
+    pub reopen: bool,
 }
 
-/// Decides a start on the writer thread, in queue order: given the new recording's generation
-/// and the time, registers it, or refuses (with the live limit, say). Runs before anything of
-/// the conversation's previous recording is deleted, so a refusal deletes nothing.
-pub type Admit = Box<dyn FnOnce(u64, u64) -> Result<Admitted> + Send>;
+/// Decides a start on the writer thread, in queue order: registers the recording, or refuses
+/// (the live limit, the conflict policy, a recording that cannot be resumed). Runs before
+/// anything of the conversation's previous recording is deleted, so a refusal deletes nothing.
+pub type Admit = Box<dyn FnOnce(Admission<'_>) -> Result<Admitted> + Send>;
+
+/// Where a producer session that took over a live recording starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Resumed {
+    /// The new session.
+    pub session: u64,
+    /// Chunks committed before it.
+    pub chunks: u64,
+    /// Bytes committed before it.
+    pub bytes: u64,
+}

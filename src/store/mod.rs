@@ -15,10 +15,13 @@
 //!   transaction layer it applies ops with; `publish`: what happens after a commit, or after
 //!   a failed one.
 //! - `database`: the open file, reopened after I/O errors, and the disk reserve; `recovery`:
-//!   opening a file, checking its schema, and closing off what a crash left live.
+//!   opening a file, checking its schema, and finding what the last run left live;
+//!   `upgrade`: rewriting files of older schemas; `listing`: reading rows, tombstones and
+//!   pages of them.
 
 mod database;
 mod journal;
+mod listing;
 mod live;
 mod pipeline;
 mod publish;
@@ -28,6 +31,7 @@ mod stored;
 mod tables;
 #[cfg(test)]
 mod tests;
+mod upgrade;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -43,10 +47,13 @@ use crate::id::ConversationId;
 use crate::recorder::Status;
 use database::DbHandle;
 use journal::JournalIndex;
-pub use live::{Admit, Admitted, Chunk, Committed, Live, LiveRecording};
+pub use listing::{Lookup, Page, PageToken};
+pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording, Resumed};
+pub use pipeline::EndIf;
 pub use pipeline::SweepReport;
 use pipeline::{Op, Writer, WriterSettings};
-pub use schema::RecordingMeta;
+pub use recovery::RecoveredLive;
+pub use schema::{Gone, RecordingMeta, Tombstone};
 use stored::StoredChunks;
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
@@ -57,8 +64,11 @@ pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 /// How a [`Store`] behaves.
 #[derive(Clone)]
 pub struct StoreOptions {
-    /// How long a finished recording is kept before the sweeper deletes it. Default 30 minutes.
+    /// How long a finished recording is kept before the sweeper deletes it (unless it chose
+    /// its own). Default 30 minutes.
     pub retention: Duration,
+    /// How long a collected recording's tombstone is kept. Default 24 hours.
+    pub tombstone_retention: Duration,
     /// Source of timestamps and expiry times. Default the system clock.
     pub clock: Arc<dyn Clock>,
 }
@@ -67,6 +77,7 @@ impl Default for StoreOptions {
     fn default() -> Self {
         Self {
             retention: Duration::from_secs(30 * 60),
+            tombstone_retention: Duration::from_secs(24 * 60 * 60),
             clock: Arc::new(SystemClock),
         }
     }
@@ -87,6 +98,8 @@ struct Inner {
     /// Owns the ends queued from contexts that cannot wait (a dropped producer's handle);
     /// [`Store::close`] waits for them.
     background: TaskTracker,
+    /// The recordings the last run left live, until the recorder adopts them.
+    recovered: Mutex<Vec<RecoveredLive>>,
 }
 
 impl std::fmt::Debug for Store {
@@ -103,12 +116,13 @@ impl Store {
     /// recovery cannot be committed.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
-        let db = recovery::open(path, options.clock.now_ms(), retention_ms)?;
+        let (db, recovered) = recovery::open(path)?;
         let db = Arc::new(DbHandle::new(path, db)?);
         let journal = Arc::new(JournalIndex::default());
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
         let settings = WriterSettings {
             retention_ms,
+            tombstone_ms: options.tombstone_retention.as_millis() as u64,
             clock: options.clock.clone(),
         };
         let writer = Writer::new(db.clone(), journal.clone(), settings);
@@ -124,8 +138,21 @@ impl Store {
                 clock: options.clock,
                 writer: Mutex::new(Some(handle)),
                 background: TaskTracker::new(),
+                recovered: Mutex::new(recovered),
             }),
         })
+    }
+
+    /// The recordings the last run left live (their producers are gone), once: the recorder
+    /// adopts them as detached recordings.
+    pub fn take_recovered(&self) -> Vec<RecoveredLive> {
+        std::mem::take(
+            &mut *self
+                .inner
+                .recovered
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()),
+        )
     }
 
     /// The clock this store stamps recordings with.
@@ -133,25 +160,61 @@ impl Store {
         &self.inner.clock
     }
 
-    /// Starts a new recording of `id`, replacing (and deleting, in the same commit) whatever
-    /// the conversation held before. `admit` decides, in queue order, whether it goes ahead and
-    /// registers it; a live recording it replaces is told it was superseded after the commit.
+    /// Starts a recording of `id`: a new one replacing (and deleting, in the same commit)
+    /// whatever the conversation held before, or the stored one made live again, as `admit`
+    /// decides in queue order; a live recording it replaces is told it was superseded after
+    /// the commit. A new recording is kept for `retention_ms` once finished, when given.
     /// Returns once the start is committed.
     ///
     /// Fails with `admit`'s refusal, `ShuttingDown`, or a storage error.
-    pub async fn start(&self, id: &ConversationId, admit: Admit) -> Result<()> {
+    pub async fn start(
+        &self,
+        id: &ConversationId,
+        retention_ms: Option<u64>,
+        admit: Admit,
+    ) -> Result<()> {
         let (done, answer) = oneshot::channel();
         let id = id.clone();
-        self.submit(Op::Start { id, admit, done }).await?;
+        let op = Op::Start {
+            id,
+            retention_ms,
+            admit,
+            done,
+        };
+        self.submit(op).await?;
         answer.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Queues `chunk` for `live`. The receiver resolves after the commit that holds it.
+    /// Hands live recording `live` to a new producer session, once everything queued before
+    /// is committed; returns the session and what is committed before it.
+    ///
+    /// Fails with `ResumePastEnd` when `resume_from` is past what is committed (nothing
+    /// changes then), the recording's end error if it has ended, `ShuttingDown`, or a
+    /// storage error.
+    pub async fn attach(&self, live: Live, resume_from: u64) -> Result<Resumed> {
+        let (done, answer) = oneshot::channel();
+        let op = Op::Attach {
+            live,
+            resume_from,
+            done,
+        };
+        self.submit(op).await?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+
+    /// Queues `chunk` for `live` from producer `session`. The receiver resolves after the
+    /// commit that holds it, or with `Fenced` if another session has taken over.
     ///
     /// Fails with `ShuttingDown` when the store is closed.
-    pub async fn append(&self, live: Live, chunk: Chunk) -> Result<Committed> {
+    pub async fn append(&self, live: Live, session: u64, chunk: Chunk) -> Result<Committed> {
         let (done, committed) = oneshot::channel();
-        self.submit(Op::Append { live, chunk, done }).await?;
+        let op = Op::Append {
+            live,
+            session,
+            chunk,
+            done,
+        };
+        self.submit(op).await?;
         Ok(committed)
     }
 
@@ -160,25 +223,41 @@ impl Store {
     ///
     /// Fails with `ShuttingDown` when the store is closed, or a storage error.
     pub async fn end(&self, live: Live, status: Status, message: Option<String>) -> Result<bool> {
+        self.end_if(live, EndIf::Always, status, message).await
+    }
+
+    /// As [`end`](Self::end), only if `only` holds when the end is applied; `false` if not.
+    ///
+    /// Fails as [`end`](Self::end) does.
+    pub async fn end_if(
+        &self,
+        live: Live,
+        only: EndIf,
+        status: Status,
+        message: Option<String>,
+    ) -> Result<bool> {
         let (done, answer) = oneshot::channel();
         let op = Op::Finish {
             live,
             status,
             message,
+            only,
             done,
         };
         self.submit(op).await?;
         answer.await.map_err(|_| Error::ShuttingDown)?
     }
 
-    /// Ends a recording from a context that cannot wait (a `Drop`). When the queue is full,
-    /// the op is handed to a task the store owns and [`close`](Self::close) waits for.
-    pub fn end_in_background(&self, live: Live, status: Status, message: String) {
+    /// As [`end_if`](Self::end_if), from a context that cannot wait (a `Drop`). When the
+    /// queue is full, the op is handed to a task the store owns and [`close`](Self::close)
+    /// waits for.
+    pub fn end_in_background(&self, live: Live, only: EndIf, status: Status, message: String) {
         let (done, _) = oneshot::channel();
         let op = Op::Finish {
             live,
             status,
             message: Some(message),
+            only,
             done,
         };
         match self.inner.ops.try_send(op) {
@@ -190,7 +269,8 @@ impl Store {
                     runtime.spawn(self.inner.background.track_future(send));
                 }
             }
-            // The store is closed; recovery on the next open ends the recording instead.
+            // The store is closed; the recording stays live in the file and is detached on the
+            // next open.
             Err(mpsc::error::TrySendError::Closed(_)) => {}
         }
     }
@@ -215,8 +295,34 @@ impl Store {
             let report = self.sweep_expired(MAX_CHUNKS_PER_SWEEP_COMMIT).await?;
             total.recordings_deleted += report.recordings_deleted;
             total.chunks_deleted += report.chunks_deleted;
+            total.tombstones_forgotten += report.tombstones_forgotten;
             if !report.more {
                 return Ok(total);
+            }
+        }
+    }
+
+    /// Deletes conversation `key`'s recording, which must have ended: marks it deleted, then
+    /// deletes its chunks in commits of at most [`MAX_CHUNKS_PER_SWEEP_COMMIT`], and leaves a
+    /// tombstone. Returns whether there was a recording.
+    ///
+    /// Fails with `ShuttingDown` when the store is closed, or a storage error; what was not
+    /// deleted yet is collected by the sweeper.
+    pub async fn delete(&self, key: u128) -> Result<bool> {
+        let (done, answer) = oneshot::channel();
+        self.submit(Op::Delete { key, done }).await?;
+        let existed = answer.await.map_err(|_| Error::ShuttingDown)??;
+        loop {
+            let (done, answer) = oneshot::channel();
+            let max_chunks = MAX_CHUNKS_PER_SWEEP_COMMIT;
+            self.submit(Op::Purge {
+                key,
+                max_chunks,
+                done,
+            })
+            .await?;
+            if answer.await.map_err(|_| Error::ShuttingDown)?? {
+                return Ok(existed);
             }
         }
     }
@@ -235,20 +341,36 @@ impl Store {
     ///
     /// Fails with a storage error.
     pub async fn meta(&self, key: u128) -> Result<Option<RecordingMeta>> {
+        match self.lookup(key).await? {
+            Lookup::Stored(meta) => Ok(Some(meta)),
+            Lookup::Gone(_) | Lookup::Unknown => Ok(None),
+        }
+    }
+
+    /// Conversation `key`'s latest recording as [`meta`](Self::meta) reads it, or its
+    /// tombstone, in one read.
+    ///
+    /// Fails with a storage error.
+    pub async fn lookup(&self, key: u128) -> Result<Lookup> {
         let journal = self.inner.journal.last(key);
-        self.read(move |txn| {
-            let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
-            let Some(bytes) = recordings.get(key).map_err(Error::storage)? else {
-                return Ok(None);
-            };
-            let mut meta = schema::decode_meta(bytes.value())?;
-            if meta.status.is_live() {
-                (meta.chunk_count, meta.byte_len) =
-                    StoredChunks::open(txn, key, journal)?.progress()?;
-            }
-            Ok(Some(meta))
-        })
-        .await
+        self.read(move |txn| listing::lookup(txn, key, journal))
+            .await
+    }
+
+    /// Up to `limit` stored recordings in start order, after `after` (from the first when
+    /// `None`), only those with status `only` if given. Looks at no more than `scan` rows, so
+    /// a page may come back short (even empty) with a token to go on from.
+    ///
+    /// Fails with a storage error.
+    pub async fn list(
+        &self,
+        after: Option<PageToken>,
+        limit: usize,
+        only: Option<Status>,
+        scan: usize,
+    ) -> Result<Page> {
+        self.read(move |txn| listing::page(txn, after, limit, only, scan))
+            .await
     }
 
     /// Committed chunks of recording `generation` of `key`, from chunk `from` on, stopping
@@ -269,8 +391,8 @@ impl Store {
             .journal
             .view(key, from, max_bytes.saturating_add(64));
         self.read(move |txn| {
-            check_generation(txn, key, generation)?;
-            StoredChunks::open(txn, key, journal)?.read_from(from, max_bytes)
+            let meta = check_generation(txn, key, generation)?;
+            StoredChunks::open(txn, key, meta.timed_chunks, journal)?.read_from(from, max_bytes)
         })
         .await
     }
@@ -289,8 +411,8 @@ impl Store {
     ) -> Result<u64> {
         let journal = self.inner.journal.view(key, 0, usize::MAX);
         self.read(move |txn| {
-            check_generation(txn, key, generation)?;
-            let chunks = StoredChunks::open(txn, key, journal)?;
+            let meta = check_generation(txn, key, generation)?;
+            let chunks = StoredChunks::open(txn, key, meta.timed_chunks, journal)?;
             // Invariant: chunk `low` starts at or before `offset`; chunk `high` starts after it.
             let (mut low, mut high) = (0, chunk_count);
             while high - low > 1 {
@@ -322,7 +444,7 @@ impl Store {
     /// Stops the commit pipeline after it has committed everything queued (the ends queued
     /// in the background included), waits for it, and closes the database file; reads still
     /// under way finish first, later ones fail. Recordings still live stay `recording` in the
-    /// file and are interrupted on the next open.
+    /// file, and are detached after the next open.
     pub async fn close(self) {
         self.inner.background.close();
         self.inner.background.wait().await;
@@ -344,7 +466,15 @@ impl Store {
     }
 }
 
-fn check_generation(txn: &redb::ReadTransaction, key: u128, generation: u64) -> Result<()> {
+/// The row of recording `generation` of `key`.
+///
+/// Fails with `Superseded` when the conversation holds another recording now, and
+/// `RecordingNotFound` when it is deleted or gone.
+fn check_generation(
+    txn: &redb::ReadTransaction,
+    key: u128,
+    generation: u64,
+) -> Result<RecordingMeta> {
     let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
     let meta = match recordings.get(key).map_err(Error::storage)? {
         Some(bytes) => schema::decode_meta(bytes.value())?,
@@ -353,5 +483,13 @@ fn check_generation(txn: &redb::ReadTransaction, key: u128, generation: u64) -> 
     if meta.generation != generation {
         return Err(Error::Superseded);
     }
-    Ok(())
+    if meta.status == Status::Deleted {
+        return Err(Error::RecordingNotFound {
+            id: uuid::Uuid::from_u128(key).to_string(),
+            why: crate::error::Absence::Deleted {
+                at_ms: meta.updated_ms,
+            },
+        });
+    }
+    Ok(meta)
 }

@@ -7,9 +7,9 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::database::DbHandle;
 use super::journal::{JournalDelta, JournalIndex};
-use super::live::{Admit, Admitted, Chunk, Live};
+use super::live::{Admission, Admit, Admitted, Chunk, Live, Resumed};
 use super::publish::{Effect, Waiter};
-use super::schema::RecordingMeta;
+use super::schema::{ChunkLayout, RecordingMeta};
 use super::tables::Tables;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
@@ -21,23 +21,48 @@ const MAX_OPS_PER_COMMIT: usize = 4096;
 
 /// Work for the writer thread.
 pub(crate) enum Op {
-    /// Starts a recording, replacing the conversation's previous one in the same commit.
+    /// Starts a recording, replacing the conversation's previous one in the same commit, or
+    /// reopens the previous one, as `admit` decides.
     Start {
         id: ConversationId,
+        /// The recording's own retention, if its producer chose one.
+        retention_ms: Option<u64>,
         admit: Admit,
         done: oneshot::Sender<Result<()>>,
     },
-    /// Appends one chunk to a live recording.
+    /// Hands a live recording to a new producer session, unless `resume_from` is past what is
+    /// committed; later appends of older sessions are refused.
+    Attach {
+        live: Live,
+        resume_from: u64,
+        done: oneshot::Sender<Result<Resumed>>,
+    },
+    /// Appends one chunk to a live recording, if `session` still holds it.
     Append {
         live: Live,
+        session: u64,
         chunk: Chunk,
         done: oneshot::Sender<Result<u64>>,
     },
-    /// Ends a recording; answers `true` if this op ended it, `false` if it had already ended.
+    /// Ends a recording; answers `true` if this op ended it, `false` if it had already ended
+    /// or `only` did not hold.
     Finish {
         live: Live,
         status: Status,
         message: Option<String>,
+        only: EndIf,
+        done: oneshot::Sender<Result<bool>>,
+    },
+    /// Marks an ended recording deleted, due now; answers whether there was one.
+    Delete {
+        key: u128,
+        done: oneshot::Sender<Result<bool>>,
+    },
+    /// Deletes up to `max_chunks` chunks of a recording marked deleted; answers whether it is
+    /// gone (or was not marked deleted).
+    Purge {
+        key: u128,
+        max_chunks: u64,
         done: oneshot::Sender<Result<bool>>,
     },
     /// Deletes expired recordings, at most `max_chunks` chunks in this commit.
@@ -54,12 +79,25 @@ impl Op {
     pub(super) fn into_waiter(self) -> Option<(Waiter, Option<Live>)> {
         match self {
             Op::Start { done, .. } => Some((Waiter::Started(done), None)),
+            Op::Attach { live, done, .. } => Some((Waiter::Attached(done), Some(live))),
             Op::Append { live, done, .. } => Some((Waiter::Appended(done), Some(live))),
-            Op::Finish { live, done, .. } => Some((Waiter::Finished(done), Some(live))),
+            Op::Finish { live, done, .. } => Some((Waiter::Flag(done), Some(live))),
+            Op::Delete { done, .. } | Op::Purge { done, .. } => Some((Waiter::Flag(done), None)),
             Op::Sweep { done, .. } => Some((Waiter::Swept(done), None)),
             Op::Close => None,
         }
     }
+}
+
+/// When an end goes ahead.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EndIf {
+    /// Whatever the producers do.
+    Always,
+    /// Only while this producer session holds the recording.
+    Holds(u64),
+    /// Only if this producer session is the last one and has let go.
+    Detached(u64),
 }
 
 /// What one sweep commit deleted.
@@ -71,11 +109,14 @@ pub struct SweepReport {
     pub chunks_deleted: u64,
     /// Expired data is left for the next commit because this one reached its chunk budget.
     pub more: bool,
+    /// Tombstones forgotten, their `--tombstone-retention` having passed.
+    pub tombstones_forgotten: u64,
 }
 
 /// Settings the writer applies to every op.
 pub(crate) struct WriterSettings {
     pub retention_ms: u64,
+    pub tombstone_ms: u64,
     pub clock: Arc<dyn Clock>,
 }
 
@@ -216,35 +257,91 @@ impl Writer {
     /// abort the whole transaction, after the failing op's waiter has been queued.
     fn apply(&self, t: &mut Tables<'_, '_>, op: Op, effects: &mut Vec<Effect>) -> Result<()> {
         match op {
-            Op::Start { id, admit, done } => {
+            Op::Start {
+                id,
+                retention_ms,
+                admit,
+                done,
+            } => {
                 let key = id.key();
-                let generation = match t.meta(key) {
-                    Ok(old) => old.map_or(1, |old| old.generation + 1),
+                let previous = match t.meta(key) {
+                    Ok(previous) => previous,
                     Err(err) => {
                         effects.push(Effect::Refused(Waiter::Started(done)));
                         return Err(err);
                     }
                 };
+                let admission = Admission {
+                    previous: previous.as_ref(),
+                    now_ms: t.now,
+                };
                 // Decided before anything is deleted, so that a refused start deletes nothing.
-                let Admitted { live, replaced } = match admit(generation, t.now) {
+                let Admitted {
+                    live,
+                    replaced,
+                    reopen,
+                } = match admit(admission) {
                     Ok(admitted) => admitted,
                     Err(refusal) => {
                         let _ = done.send(Err(refusal));
                         return Ok(());
                     }
                 };
+                let generation = live.generation();
                 effects.push(Effect::Started(live, replaced, done));
+                if reopen {
+                    return t.reopen_recording(key);
+                }
                 t.delete_recording(key)?;
-                t.set_meta(key, Some(RecordingMeta::started(&id, generation, t.now)));
-                Ok(())
+                let mut meta = RecordingMeta::started(&id, generation, t.now);
+                meta.retention_ms = retention_ms;
+                t.start_recording(key, meta)
             }
-            Op::Append { live, chunk, done } => {
+            Op::Attach {
+                live,
+                resume_from,
+                done,
+            } => {
                 if live.is_closed() {
                     let _ = done.send(Err(live.ended_error()));
                     return Ok(());
                 }
+                let (chunks, bytes) = t.appended(live.key()).unwrap_or_else(|| live.committed());
+                if resume_from > bytes {
+                    let _ = done.send(Err(Error::ResumePastEnd {
+                        id: live.name(),
+                        offset: resume_from,
+                        committed: bytes,
+                    }));
+                    return Ok(());
+                }
+                let session = live.attach_producer();
+                let resumed = Resumed {
+                    session,
+                    chunks,
+                    bytes,
+                };
+                effects.push(Effect::Attached(live, resumed, done));
+                Ok(())
+            }
+            Op::Append {
+                live,
+                session,
+                mut chunk,
+                done,
+            } => {
+                if live.is_closed() {
+                    let _ = done.send(Err(live.ended_error()));
+                    return Ok(());
+                }
+                if live.producer_session() != session {
+                    let _ = done.send(Err(Error::Fenced));
+                    return Ok(());
+                }
                 live.touch(t.now);
-                let stored = t.append_chunk(live.key(), &chunk);
+                chunk.committed_ms = t.now;
+                let layout = ChunkLayout::of(live.timed_chunks());
+                let stored = t.append_chunk(live.key(), layout, &chunk);
                 effects.push(Effect::Appended(live, chunk, done));
                 stored
             }
@@ -252,9 +349,15 @@ impl Writer {
                 live,
                 status,
                 message,
+                only,
                 done,
             } => {
-                if !live.close() {
+                let allowed = match only {
+                    EndIf::Always => true,
+                    EndIf::Holds(session) => live.producer_session() == session,
+                    EndIf::Detached(session) => live.detached_as(session),
+                };
+                if !allowed || !live.close() {
                     let _ = done.send(Ok(false));
                     return Ok(());
                 }
@@ -266,16 +369,51 @@ impl Writer {
                 // Its last run, so that it does not hold the journal's dead prefix back.
                 t.fold_recording(key)
             }
-            Op::Sweep { max_chunks, done } => match t.sweep_expired(max_chunks) {
-                Ok(report) => {
-                    effects.push(Effect::Swept(report, done));
+            Op::Delete { key, done } => match t.mark_deleted(key) {
+                Ok(existed) => {
+                    effects.push(Effect::Answered(done, existed));
                     Ok(())
                 }
                 Err(err) => {
-                    effects.push(Effect::Refused(Waiter::Swept(done)));
+                    effects.push(Effect::Refused(Waiter::Flag(done)));
                     Err(err)
                 }
             },
+            Op::Purge {
+                key,
+                max_chunks,
+                done,
+            } => {
+                let purged = match t.meta(key) {
+                    Ok(Some(meta)) if meta.status == Status::Deleted => t
+                        .purge(key, max_chunks, self.settings.tombstone_ms)
+                        .map(|(_, gone)| gone),
+                    Ok(_) => Ok(true),
+                    Err(err) => Err(err),
+                };
+                match purged {
+                    Ok(gone) => {
+                        effects.push(Effect::Answered(done, gone));
+                        Ok(())
+                    }
+                    Err(err) => {
+                        effects.push(Effect::Refused(Waiter::Flag(done)));
+                        Err(err)
+                    }
+                }
+            }
+            Op::Sweep { max_chunks, done } => {
+                match t.sweep_expired(max_chunks, self.settings.tombstone_ms) {
+                    Ok(report) => {
+                        effects.push(Effect::Swept(report, done));
+                        Ok(())
+                    }
+                    Err(err) => {
+                        effects.push(Effect::Refused(Waiter::Swept(done)));
+                        Err(err)
+                    }
+                }
+            }
             Op::Close => Ok(()),
         }
     }

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use tokio::sync::oneshot;
 
 use super::journal::JournalDelta;
-use super::live::{Chunk, Live};
+use super::live::{Chunk, Live, Resumed};
 use super::pipeline::{Op, SweepReport, Writer};
 use super::tables::Tables;
 use crate::error::{Error, Result};
@@ -16,8 +16,10 @@ use crate::recorder::Status;
 /// Someone waiting for an op's outcome.
 pub(super) enum Waiter {
     Started(oneshot::Sender<Result<()>>),
+    Attached(oneshot::Sender<Result<Resumed>>),
     Appended(oneshot::Sender<Result<u64>>),
-    Finished(oneshot::Sender<Result<bool>>),
+    /// An end, a delete or a purge.
+    Flag(oneshot::Sender<Result<bool>>),
     Swept(oneshot::Sender<Result<SweepReport>>),
 }
 
@@ -27,8 +29,9 @@ impl Waiter {
         let err = || Error::Shared(err.clone());
         match self {
             Waiter::Started(done) => drop(done.send(Err(err()))),
+            Waiter::Attached(done) => drop(done.send(Err(err()))),
             Waiter::Appended(done) => drop(done.send(Err(err()))),
-            Waiter::Finished(done) => drop(done.send(Err(err()))),
+            Waiter::Flag(done) => drop(done.send(Err(err()))),
             Waiter::Swept(done) => drop(done.send(Err(err()))),
         }
     }
@@ -37,8 +40,11 @@ impl Waiter {
 /// What to do once a transaction is committed (or has failed).
 pub(super) enum Effect {
     Started(Live, Option<Live>, oneshot::Sender<Result<()>>),
+    Attached(Live, Resumed, oneshot::Sender<Result<Resumed>>),
     Appended(Live, Chunk, oneshot::Sender<Result<u64>>),
     Finished(Live, Status, Option<String>, oneshot::Sender<Result<bool>>),
+    /// A delete or a purge, and its answer.
+    Answered(oneshot::Sender<Result<bool>>, bool),
     Swept(SweepReport, oneshot::Sender<Result<SweepReport>>),
     /// The op whose storage error aborted the transaction: only its waiter is left.
     Refused(Waiter),
@@ -52,8 +58,10 @@ impl Effect {
                 Waiter::Started(done),
                 std::iter::once(live).chain(replaced).collect(),
             ),
+            Effect::Attached(live, _, done) => (Waiter::Attached(done), vec![live]),
             Effect::Appended(live, _, done) => (Waiter::Appended(done), vec![live]),
-            Effect::Finished(live, _, _, done) => (Waiter::Finished(done), vec![live]),
+            Effect::Finished(live, _, _, done) => (Waiter::Flag(done), vec![live]),
+            Effect::Answered(done, _) => (Waiter::Flag(done), Vec::new()),
             Effect::Swept(_, done) => (Waiter::Swept(done), Vec::new()),
             Effect::Refused(waiter) => (waiter, Vec::new()),
         }
@@ -63,7 +71,8 @@ impl Effect {
 /// A committed op's answer other than an append's, sent once the batch is published.
 enum Answer {
     Started(oneshot::Sender<Result<()>>),
-    Finished(oneshot::Sender<Result<bool>>),
+    Attached(oneshot::Sender<Result<Resumed>>, Resumed),
+    Flag(oneshot::Sender<Result<bool>>, bool),
     Swept(oneshot::Sender<Result<SweepReport>>, SweepReport),
 }
 
@@ -125,11 +134,13 @@ impl Writer {
                     }
                     answers.push(Answer::Started(done));
                 }
+                Effect::Attached(_, resumed, done) => answers.push(Answer::Attached(done, resumed)),
                 Effect::Finished(live, status, message, done) => {
                     chunks.flush(&live);
                     live.publish_end(status, message);
-                    answers.push(Answer::Finished(done));
+                    answers.push(Answer::Flag(done, true));
                 }
+                Effect::Answered(done, answer) => answers.push(Answer::Flag(done, answer)),
                 Effect::Swept(report, done) => answers.push(Answer::Swept(done, report)),
                 // Only a failed transaction holds one.
                 Effect::Refused(_) => {}
@@ -142,7 +153,8 @@ impl Writer {
         for answer in answers {
             match answer {
                 Answer::Started(done) => drop(done.send(Ok(()))),
-                Answer::Finished(done) => drop(done.send(Ok(true))),
+                Answer::Attached(done, resumed) => drop(done.send(Ok(resumed))),
+                Answer::Flag(done, answer) => drop(done.send(Ok(answer))),
                 Answer::Swept(done, report) => drop(done.send(Ok(report))),
             }
         }
@@ -171,7 +183,7 @@ impl Writer {
             }
         }
         if let Err(again) = self.record_failures(&failed, &message) {
-            // Recovery on the next open marks them `interrupted` instead.
+            // They stay `recording` in the file: detached after the next open, and resumable.
             tracing::error!(error = %again, "could not record failed recordings");
         }
         for live in &failed {

@@ -1,45 +1,61 @@
-//! Opening the database file: creating it, checking its schema version, folding the journal
-//! (its in-memory index did not survive), and closing off the recordings a crash left in
-//! progress so that no reader waits on them forever.
+//! Opening the database file: creating it, checking its schema version (upgrading older
+//! files), folding the journal (its in-memory index did not survive), and finding the
+//! recordings the last run left live, whose producers are gone: the recorder adopts them as
+//! detached recordings, which their producers may resume.
 use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::journal::{self, JournalView};
 use super::schema::{
-    CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY,
-    SCHEMA_VERSION_WITHOUT_JOURNAL, decode_meta, encode_meta,
+    CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, STARTED,
+    TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta,
 };
 use super::stored::StoredChunks;
+use super::upgrade;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::id::ConversationId;
 
-/// Opens (or creates) the database at `path`, repairing it after a crash, folds the journal
-/// into `chunks`, and marks every recording still `recording` as `interrupted` (its producer
-/// is gone), to expire after `retention_ms`.
+/// A recording the last run left live.
+#[derive(Debug, Clone)]
+pub struct RecoveredLive {
+    /// The conversation, as its producer named it.
+    pub id: ConversationId,
+    /// Which of the conversation's recordings it is.
+    pub generation: u64,
+    /// Chunks committed.
+    pub chunks: u64,
+    /// Bytes committed.
+    pub bytes: u64,
+    /// Whether its chunks carry their commit time.
+    pub timed_chunks: bool,
+}
+
+/// Opens (or creates) the database at `path`, repairing it after a crash, upgrades an older
+/// schema, folds the journal into `chunks`, and returns the recordings still `recording`.
 ///
-/// Fails when the file is not a redb database, has another schema version, or cannot be read.
-pub(crate) fn open(path: &Path, now_ms: u64, retention_ms: u64) -> Result<Database> {
+/// Fails when the file is not a redb database, has a newer schema version, or cannot be read.
+pub(crate) fn open(path: &Path) -> Result<(Database, Vec<RecoveredLive>)> {
     // redb may panic on a file it cannot make sense of, when opening it or when first reading
     // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
     let opened = quietly_catch_panic(|| {
         let db = create(path)?;
         check_schema(&db, path)?;
         fold_journal(&db)?;
-        let interrupted = interrupt_live_recordings(&db, now_ms, retention_ms)?;
-        Ok((db, interrupted))
+        let live = live_recordings(&db)?;
+        Ok((db, live))
     });
-    let (db, interrupted) = match opened {
+    let (db, live) = match opened {
         Ok(result) => result.map_err(|err| damaged(path, err))?,
         Err(panic) => return Err(unreadable(path, panic)),
     };
-    if interrupted > 0 {
+    if !live.is_empty() {
         tracing::warn!(
-            interrupted,
-            "recordings left in progress by the previous run are now interrupted"
+            recordings = live.len(),
+            "recordings left live by the previous run are detached: their producers may resume them"
         );
     }
-    Ok(db)
+    Ok((db, live))
 }
 
 /// Opens the file again after an I/O error made redb refuse to go on; redb repairs it to its
@@ -154,7 +170,8 @@ fn open_error(path: &Path, source: redb::DatabaseError) -> Error {
     }
 }
 
-/// Writes the schema version into a new file; refuses a file written with another version.
+/// Writes the schema version into a new file; upgrades a file of an older version; refuses
+/// one of a newer version.
 fn check_schema(db: &Database, path: &Path) -> Result<()> {
     let txn = db.begin_write().map_err(Error::storage)?;
     {
@@ -163,13 +180,21 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
             .get(SCHEMA_VERSION_KEY)
             .map_err(Error::storage)?
             .map(|v| v.value());
+        // Create every table up front so readers never meet a missing one.
+        txn.open_table(CHUNKS).map_err(Error::storage)?;
+        txn.open_table(JOURNAL).map_err(Error::storage)?;
+        txn.open_table(RECORDINGS).map_err(Error::storage)?;
+        txn.open_table(EXPIRY).map_err(Error::storage)?;
+        txn.open_table(STARTED).map_err(Error::storage)?;
+        txn.open_table(TOMBSTONES).map_err(Error::storage)?;
+        txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?;
         match found {
             Some(SCHEMA_VERSION) => {}
-            Some(SCHEMA_VERSION_WITHOUT_JOURNAL) => {
-                // Only the journal table is new; it is created below.
-                tracing::info!(path = %path.display(), "upgrading the database to schema {SCHEMA_VERSION}");
+            Some(old) if (upgrade::OLDEST_UPGRADABLE..SCHEMA_VERSION).contains(&old) => {
+                let rows = upgrade::upgrade(&txn, old)?;
                 meta.insert(SCHEMA_VERSION_KEY, SCHEMA_VERSION)
                     .map_err(Error::storage)?;
+                tracing::info!(path = %path.display(), from = old, to = SCHEMA_VERSION, rows, "upgraded the database");
             }
             Some(found) => {
                 return Err(Error::SchemaVersion {
@@ -183,11 +208,6 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
                     .map_err(Error::storage)?;
             }
         }
-        // Create every table up front so readers never meet a missing one.
-        txn.open_table(CHUNKS).map_err(Error::storage)?;
-        txn.open_table(JOURNAL).map_err(Error::storage)?;
-        txn.open_table(RECORDINGS).map_err(Error::storage)?;
-        txn.open_table(EXPIRY).map_err(Error::storage)?;
     }
     txn.commit().map_err(Error::storage)
 }
@@ -207,44 +227,32 @@ fn fold_journal(db: &Database) -> Result<()> {
     Ok(())
 }
 
-/// Scans the `recordings` rows and ends the live ones as `interrupted`, with the chunk count
-/// and length read off their last chunk (never a scan of their chunks).
-fn interrupt_live_recordings(db: &Database, now_ms: u64, retention_ms: u64) -> Result<u64> {
+/// Scans the `recordings` rows for the live ones, with the chunk count and length read off
+/// their last chunk (never a scan of their chunks). They stay `recording` in the file.
+fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
     let mut live = Vec::new();
-    {
-        let txn = db.begin_read().map_err(Error::storage)?;
-        let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-        for entry in recordings.iter().map_err(Error::storage)? {
-            let (key, value) = entry.map_err(Error::storage)?;
-            let mut meta = decode_meta(value.value())?;
-            if meta.status.is_live() {
-                let key = key.value();
-                // The journal is empty now: every chunk is in `chunks`.
-                (meta.chunk_count, meta.byte_len) =
-                    StoredChunks::open(&txn, key, JournalView::default())?.progress()?;
-                live.push((key, meta));
-            }
+    let txn = db.begin_read().map_err(Error::storage)?;
+    let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+    for entry in recordings.iter().map_err(Error::storage)? {
+        let (key, value) = entry.map_err(Error::storage)?;
+        let meta = decode_meta(value.value())?;
+        if !meta.status.is_live() {
+            continue;
         }
+        let key = key.value();
+        // The journal is empty now: every chunk is in `chunks`.
+        let (chunks, bytes) =
+            StoredChunks::open(&txn, key, meta.timed_chunks, JournalView::default())?.progress()?;
+        let id = ConversationId::parse(&meta.original_id).map_err(|_| Error::Corrupt {
+            detail: format!("recording {key:032x} has an id that does not parse"),
+        })?;
+        live.push(RecoveredLive {
+            id,
+            generation: meta.generation,
+            chunks,
+            bytes,
+            timed_chunks: meta.timed_chunks,
+        });
     }
-    let txn = db.begin_write().map_err(Error::storage)?;
-    let mut count = 0;
-    {
-        let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-        let mut expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
-        for (key, mut meta) in live {
-            let expires = now_ms.saturating_add(retention_ms);
-            meta.status = Status::Interrupted;
-            meta.finished_ms = Some(now_ms);
-            meta.updated_ms = now_ms;
-            meta.expires_at_ms = Some(expires);
-            meta.error = Some("the server stopped while it was being recorded".into());
-            recordings
-                .insert(key, encode_meta(&meta)?.as_slice())
-                .map_err(Error::storage)?;
-            expiry.insert((expires, key), ()).map_err(Error::storage)?;
-            count += 1;
-        }
-    }
-    txn.commit().map_err(Error::storage)?;
-    Ok(count)
+    Ok(live)
 }

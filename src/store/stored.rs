@@ -7,22 +7,30 @@ use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
 use super::live::Chunk;
-use super::schema::{self, CHUNKS, JOURNAL};
+use super::schema::{self, CHUNKS, ChunkLayout, JOURNAL};
 use crate::error::{Error, Result};
 
 pub(crate) struct StoredChunks {
     chunks: ReadOnlyTable<(u128, u64), &'static [u8]>,
     journal: ReadOnlyTable<u64, &'static [u8]>,
     key: u128,
+    layout: ChunkLayout,
     view: JournalView,
 }
 
 impl StoredChunks {
-    pub(crate) fn open(txn: &ReadTransaction, key: u128, view: JournalView) -> Result<Self> {
+    /// The chunks of `key`, laid out as its row says (`timed`).
+    pub(crate) fn open(
+        txn: &ReadTransaction,
+        key: u128,
+        timed: bool,
+        view: JournalView,
+    ) -> Result<Self> {
         Ok(Self {
             chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
             journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
             key,
+            layout: ChunkLayout::of(timed),
             view,
         })
     }
@@ -46,6 +54,7 @@ impl StoredChunks {
     pub(crate) fn read_from(&self, from: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
         let mut out = Batch {
             from,
+            layout: self.layout,
             max_bytes,
             chunks: Vec::new(),
             bytes: 0,
@@ -77,8 +86,7 @@ impl StoredChunks {
             && let Some(value) = self.journal.get(seq).map_err(Error::storage)?
         {
             let (_, index, chunk) = schema::decode_journal(value.value())?;
-            let (offset, text) = schema::decode_chunk(chunk)?;
-            return Ok((index + 1, offset + text.len() as u64));
+            return Ok((index + 1, schema::chunk_end(chunk, self.layout)?));
         }
         // No unfolded chunk, or it was folded after the view was taken: the newest is here.
         let mut range = self
@@ -88,8 +96,10 @@ impl StoredChunks {
         match range.next_back() {
             Some(entry) => {
                 let (key, value) = entry.map_err(Error::storage)?;
-                let (offset, text) = schema::decode_chunk(value.value())?;
-                Ok((key.value().1 + 1, offset + text.len() as u64))
+                Ok((
+                    key.value().1 + 1,
+                    schema::chunk_end(value.value(), self.layout)?,
+                ))
             }
             None => Ok((0, 0)),
         }
@@ -120,6 +130,7 @@ impl StoredChunks {
 /// Chunks gathered for one read, up to a byte budget.
 struct Batch {
     from: u64,
+    layout: ChunkLayout,
     max_bytes: usize,
     chunks: Vec<Chunk>,
     bytes: usize,
@@ -132,15 +143,17 @@ impl Batch {
 
     /// Adds the chunk stored as `value`; false once the budget is spent.
     fn push(&mut self, value: &[u8]) -> Result<bool> {
-        let (offset, text) = schema::decode_chunk(value)?;
+        let stored = schema::decode_chunk(value, self.layout)?;
+        let text = stored.text;
         if !self.chunks.is_empty() && self.bytes + text.len() > self.max_bytes {
             return Ok(false);
         }
         self.bytes += text.len();
         self.chunks.push(Chunk {
             index: self.next_index(),
-            offset,
+            offset: stored.offset,
             text: Arc::from(text),
+            committed_ms: stored.committed_ms,
         });
         Ok(self.bytes < self.max_bytes)
     }
@@ -151,5 +164,6 @@ impl Batch {
 pub(crate) fn being_collected(key: u128) -> Error {
     Error::RecordingNotFound {
         id: uuid::Uuid::from_u128(key).to_string(),
+        why: crate::error::Absence::Unknown,
     }
 }

@@ -10,7 +10,8 @@ use super::journal::{DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTabl
 use super::live::Chunk;
 use super::pipeline::SweepReport;
 use super::schema::{
-    self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, RecordingMeta, decode_meta, encode_meta,
+    self, CHUNKS, ChunkLayout, EXPIRY, Gone, JOURNAL, RECORDINGS, RecordingMeta, STARTED,
+    TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
 use crate::error::{Error, Result};
 use crate::recorder::Status;
@@ -36,6 +37,9 @@ pub(super) struct Tables<'a, 'txn> {
     journal: JournalTable<'txn>,
     recordings: redb::Table<'txn, u128, &'static [u8]>,
     expiry: redb::Table<'txn, (u64, u128), ()>,
+    started: redb::Table<'txn, (u64, u128), ()>,
+    tombstones: redb::Table<'txn, u128, &'static [u8]>,
+    tombstone_expiry: redb::Table<'txn, (u64, u128), ()>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     metas: MetaCache,
@@ -59,6 +63,9 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
             recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
             expiry: txn.open_table(EXPIRY).map_err(Error::storage)?,
+            started: txn.open_table(STARTED).map_err(Error::storage)?,
+            tombstones: txn.open_table(TOMBSTONES).map_err(Error::storage)?,
+            tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
             index,
             delta,
             metas: MetaCache::default(),
@@ -86,30 +93,64 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(self.cached(key)?.row.clone())
     }
 
-    pub(super) fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
+    fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
         self.metas.rows.insert(key, CachedMeta { row, dirty: true });
+    }
+
+    /// Stores the row of a recording starting now, in place of whatever the conversation held
+    /// (deleted first with [`delete_recording`](Self::delete_recording)); its tombstone goes.
+    pub(super) fn start_recording(&mut self, key: u128, meta: RecordingMeta) -> Result<()> {
+        self.started
+            .insert((meta.created_ms, key), ())
+            .map_err(Error::storage)?;
+        self.set_meta(key, Some(meta));
+        self.forget_tombstone(key)
+    }
+
+    /// Makes an ended (resumable) recording live again: out of the GC schedule, `recording`.
+    pub(super) fn reopen_recording(&mut self, key: u128) -> Result<()> {
+        let now = self.now;
+        let cached = self.cached(key)?;
+        let meta = cached.row.as_mut().ok_or_else(|| missing_row(key))?;
+        let expires = meta.expires_at_ms.take();
+        meta.status = Status::Recording;
+        meta.finished_ms = None;
+        meta.error = None;
+        meta.updated_ms = now;
+        cached.dirty = true;
+        if let Some(expires) = expires {
+            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+        }
+        Ok(())
     }
 
     /// Stores one chunk: at the end of the journal, or straight into `chunks` when it is big
     /// and its recording has nothing unfolded (its folded chunks must stay a prefix).
-    pub(super) fn append_chunk(&mut self, key: u128, chunk: &Chunk) -> Result<()> {
+    pub(super) fn append_chunk(
+        &mut self,
+        key: u128,
+        layout: ChunkLayout,
+        chunk: &Chunk,
+    ) -> Result<()> {
         self.appended.insert(key, (chunk.index + 1, chunk.end()));
+        let (offset, time, text) = (chunk.offset, chunk.committed_ms, &*chunk.text);
         if chunk.text.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
-            schema::encode_chunk_into(&mut self.scratch, chunk.offset, &chunk.text);
+            schema::encode_chunk_into(&mut self.scratch, layout, offset, time, text);
             self.chunks
                 .insert((key, chunk.index), self.scratch.as_slice())
                 .map_err(Error::storage)?;
             Ok(())
         } else {
-            let value = (chunk.offset, &*chunk.text);
-            schema::encode_journal_into(&mut self.scratch, key, chunk.index, value);
+            let value = (offset, time, text);
+            schema::encode_journal_into(&mut self.scratch, key, chunk.index, layout, value);
             self.delta
                 .append(&mut self.journal, key, chunk.index, &self.scratch)
         }
     }
 
     /// Ends a live recording's row: its status, its final `(chunk count, byte length)`, and
-    /// its place in the GC schedule.
+    /// its place in the GC schedule: after its own retention if its producer chose one, else
+    /// `retention_ms`; at once when it is deleted.
     pub(super) fn finish_meta(
         &mut self,
         key: u128,
@@ -119,11 +160,12 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         retention_ms: u64,
     ) -> Result<()> {
         let now = self.now;
-        let expires = now.saturating_add(retention_ms);
         let cached = self.cached(key)?;
-        let meta = cached.row.as_mut().ok_or_else(|| Error::Corrupt {
-            detail: format!("live recording {key:032x} has no recordings row"),
-        })?;
+        let meta = cached.row.as_mut().ok_or_else(|| missing_row(key))?;
+        let expires = match status {
+            Status::Deleted => now,
+            _ => now.saturating_add(meta.retention_ms.unwrap_or(retention_ms)),
+        };
         meta.status = status;
         meta.chunk_count = chunk_count;
         meta.byte_len = byte_len;
@@ -138,8 +180,8 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(())
     }
 
-    /// Deletes every chunk (folded or not), the expiry entry and the meta row of a
-    /// conversation's recording; returns the meta it had.
+    /// Deletes every chunk (folded or not), the expiry and start entries and the meta row of a
+    /// conversation's recording, in one go (a superseded recording); returns the meta it had.
     pub(super) fn delete_recording(&mut self, key: u128) -> Result<Option<RecordingMeta>> {
         let Some(old) = self.meta(key)? else {
             return Ok(None);
@@ -149,17 +191,127 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             .map_err(Error::storage)?;
         self.delta.forget(&mut self.journal, self.index, key)?;
         self.appended.remove(&key);
-        if let Some(expires) = old.expires_at_ms {
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
-        }
-        self.set_meta(key, None);
+        self.forget_row(key, &old)?;
         Ok(Some(old))
     }
 
+    /// Marks an ended recording as deleted, due for collection now. Returns `false` when the
+    /// conversation has no recording.
+    pub(super) fn mark_deleted(&mut self, key: u128) -> Result<bool> {
+        let now = self.now;
+        let cached = self.cached(key)?;
+        let Some(meta) = cached.row.as_mut() else {
+            return Ok(false);
+        };
+        if meta.status == Status::Deleted {
+            return Ok(true);
+        }
+        let old_expiry = meta.expires_at_ms.replace(now);
+        meta.status = Status::Deleted;
+        meta.finished_ms.get_or_insert(now);
+        meta.updated_ms = now;
+        cached.dirty = true;
+        if let Some(expires) = old_expiry {
+            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+        }
+        self.expiry.insert((now, key), ()).map_err(Error::storage)?;
+        Ok(true)
+    }
+
+    /// Deletes up to `budget` of a recording's folded chunks, oldest first; once none is left,
+    /// its unfolded chunks and its row go too (so that a reader never meets a gap between the
+    /// two) and a tombstone kept for `tombstone_ms` takes its place. Returns the chunks
+    /// deleted and whether the recording is gone.
+    pub(super) fn purge(
+        &mut self,
+        key: u128,
+        budget: u64,
+        tombstone_ms: u64,
+    ) -> Result<(u64, bool)> {
+        let mut deleted = self
+            .chunks
+            .extract_from_if((key, 0)..=(key, u64::MAX), |_, _| true)
+            .map_err(Error::storage)?
+            .take(budget as usize)
+            .try_fold(0u64, |n, entry| entry.map(|_| n + 1))
+            .map_err(Error::storage)?;
+        if deleted == budget && self.has_chunks(key)? {
+            return Ok((deleted, false));
+        }
+        deleted += self.delta.forget(&mut self.journal, self.index, key)?;
+        if let Some(old) = self.meta(key)? {
+            let gone = match old.status {
+                Status::Deleted => Gone::Deleted,
+                _ => Gone::Expired,
+            };
+            self.forget_row(key, &old)?;
+            self.bury(key, &old.tombstone(gone, self.now, tombstone_ms))?;
+        }
+        Ok((deleted, true))
+    }
+
+    /// Removes a recording's row and its entries in the schedules.
+    fn forget_row(&mut self, key: u128, old: &RecordingMeta) -> Result<()> {
+        if let Some(expires) = old.expires_at_ms {
+            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+        }
+        self.started
+            .remove((old.created_ms, key))
+            .map_err(Error::storage)?;
+        self.set_meta(key, None);
+        Ok(())
+    }
+
+    fn bury(&mut self, key: u128, tombstone: &schema::Tombstone) -> Result<()> {
+        self.forget_tombstone(key)?;
+        let bytes = encode_tombstone(tombstone)?;
+        self.tombstones
+            .insert(key, bytes.as_slice())
+            .map_err(Error::storage)?;
+        self.tombstone_expiry
+            .insert((tombstone.forgotten_at_ms, key), ())
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    fn forget_tombstone(&mut self, key: u128) -> Result<()> {
+        let removed = self.tombstones.remove(key).map_err(Error::storage)?;
+        if let Some(bytes) = removed {
+            let old = decode_tombstone(bytes.value())?;
+            drop(bytes);
+            self.tombstone_expiry
+                .remove((old.forgotten_at_ms, key))
+                .map_err(Error::storage)?;
+        }
+        Ok(())
+    }
+
+    /// Deletes tombstones whose time is up, at most [`MAX_DUE_PER_SWEEP`]; returns how many.
+    fn forget_old_tombstones(&mut self) -> Result<u64> {
+        let due: Vec<(u64, u128)> = self
+            .tombstone_expiry
+            .range(..=(self.now, u128::MAX))
+            .map_err(Error::storage)?
+            .take(MAX_DUE_PER_SWEEP)
+            .map(|entry| entry.map(|(k, _)| k.value()))
+            .collect::<std::result::Result<_, _>>()
+            .map_err(Error::storage)?;
+        for &(at, key) in &due {
+            self.tombstone_expiry
+                .remove((at, key))
+                .map_err(Error::storage)?;
+            self.tombstones.remove(key).map_err(Error::storage)?;
+        }
+        Ok(due.len() as u64)
+    }
+
     /// Deletes recordings whose expiry time has passed, oldest first, up to `max_chunks` folded
-    /// chunks. A recording's unfolded chunks go with its row, in its last commit, so that a
-    /// reader never meets a gap between the two.
-    pub(super) fn sweep_expired(&mut self, max_chunks: u64) -> Result<SweepReport> {
+    /// chunks, leaving tombstones kept for `tombstone_ms`; and forgets old tombstones.
+    pub(super) fn sweep_expired(
+        &mut self,
+        max_chunks: u64,
+        tombstone_ms: u64,
+    ) -> Result<SweepReport> {
         let mut report = SweepReport::default();
         let due: Vec<(u64, u128)> = self
             .expiry
@@ -171,23 +323,17 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             .map_err(Error::storage)?;
         for (expires, key) in due {
             let budget = max_chunks - report.chunks_deleted;
-            let deleted = self
-                .chunks
-                .extract_from_if((key, 0)..=(key, u64::MAX), |_, _| true)
-                .map_err(Error::storage)?
-                .take(budget as usize)
-                .try_fold(0u64, |n, entry| entry.map(|_| n + 1))
-                .map_err(Error::storage)?;
+            let (deleted, gone) = self.purge(key, budget, tombstone_ms)?;
             report.chunks_deleted += deleted;
-            if deleted == budget && self.has_chunks(key)? {
+            if !gone {
                 report.more = true;
                 break;
             }
-            report.chunks_deleted += self.delta.forget(&mut self.journal, self.index, key)?;
+            // Gone with its row already, unless the row disagreed with the schedule.
             self.expiry.remove((expires, key)).map_err(Error::storage)?;
-            self.set_meta(key, None);
             report.recordings_deleted += 1;
         }
+        report.tombstones_forgotten = self.forget_old_tombstones()?;
         Ok(report)
     }
 
@@ -240,5 +386,11 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     pub(super) fn fold_recording(&mut self, key: u128) -> Result<()> {
         let tables = (&mut self.journal, &mut self.chunks);
         self.delta.fold(tables, self.index, key).map(drop)
+    }
+}
+
+fn missing_row(key: u128) -> Error {
+    Error::Corrupt {
+        detail: format!("live recording {key:032x} has no recordings row"),
     }
 }

@@ -174,6 +174,7 @@ pub(crate) fn token(id: &[u8], text: &str, complete: bool) -> StreamResponseToke
         conversation_id: id.to_vec(),
         token: text.to_string(),
         complete,
+        ..Default::default()
     }
 }
 
@@ -262,6 +263,7 @@ pub(crate) async fn replay_from(
         .replay(ReplayRequest {
             conversation_id: id.to_vec(),
             resume_offset: offset,
+            ..Default::default()
         })
         .await
         .map(|r| r.into_inner())

@@ -89,14 +89,16 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
         ["before ", "the ", "fold"]
     );
 
-    // Closed with the journal unfolded: the next open folds it and interrupts the recordings.
+    // Closed with the journal unfolded: the next open folds it; the recordings stay live,
+    // detached, for their producers to resume.
     store.close().await;
     drop((long, short));
     let store = open(&dir, &clock);
     assert_eq!(journal_entries(&store), 0);
     assert_eq!(folded_chunks(&store, key) as u64, LONG);
     let meta = store.meta(key).await.unwrap().unwrap();
-    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!(meta.status, Status::Recording);
+    assert!(!store.live(key).unwrap().holder().attached);
     assert_eq!((meta.chunk_count, meta.byte_len), (LONG, LONG * 7));
     assert_eq!(
         texts_of(&all_chunks(&store, key, generation).await),
@@ -231,18 +233,18 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     assert_eq!(journal_entries(&store), 0);
 
     let txn = store.inner.db.begin_read().unwrap();
-    let chunks = StoredChunks::open(&txn, key, view).unwrap();
+    let chunks = StoredChunks::open(&txn, key, true, view).unwrap();
     assert_eq!(
         texts_of(&chunks.read_from(0, usize::MAX).unwrap()),
         ["one ", "two ", "three"]
     );
     let late_view = store.inner.journal.view(key, 0, usize::MAX);
-    let stale = StoredChunks::open(&early_txn, key, late_view).unwrap();
+    let stale = StoredChunks::open(&early_txn, key, true, late_view).unwrap();
     assert!(stale.read_from(0, usize::MAX).unwrap().is_empty());
 }
 
 /// A file of schema 1 (no journal; a live recording's row counted its chunks) opens as
-/// schema 2 with everything in it.
+/// schema 3 with everything in it, its live recording detached.
 #[tokio::test]
 async fn a_schema_1_file_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -257,12 +259,13 @@ async fn a_schema_1_file_is_upgraded_in_place() {
             let mut chunks = txn.open_table(schema::CHUNKS).unwrap();
             let mut value = Vec::new();
             for (index, (offset, text)) in [(0, "left "), (5, "live")].into_iter().enumerate() {
-                schema::encode_chunk_into(&mut value, offset, text);
+                let layout = schema::ChunkLayout::Untimed;
+                schema::encode_chunk_into(&mut value, layout, offset, 0, text);
                 chunks
                     .insert((key, index as u64), value.as_slice())
                     .unwrap();
             }
-            let row = schema::RecordingMeta {
+            let row = super::super::upgrade::RowV2 {
                 original_id: b"old".to_vec(),
                 status: Status::Recording,
                 created_ms: super::T0,
@@ -275,7 +278,7 @@ async fn a_schema_1_file_is_upgraded_in_place() {
                 generation: 1,
             };
             let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
-            let row = schema::encode_meta(&row).unwrap();
+            let row = schema::encode(&row, "a schema-1 row").unwrap();
             recordings.insert(key, row.as_slice()).unwrap();
             txn.open_table(schema::EXPIRY).unwrap();
         }
@@ -283,7 +286,11 @@ async fn a_schema_1_file_is_upgraded_in_place() {
     }
     let store = open(&dir, &clock);
     let meta = store.meta(key).await.unwrap().unwrap();
-    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!(meta.status, Status::Recording);
+    assert!(
+        !meta.timed_chunks,
+        "its chunks keep the layout they were written in"
+    );
     assert_eq!((meta.chunk_count, meta.byte_len), (2, 9));
     assert_eq!(
         texts_of(&all_chunks(&store, key, 1).await),

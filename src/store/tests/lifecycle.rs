@@ -102,15 +102,22 @@ async fn reopen_after_clean_close_keeps_every_recording() {
         texts_of(&all_chunks(&store, finished_key, 1).await),
         MULTIBYTE
     );
-    // A recording left live by a clean close is interrupted on open, its chunks kept.
+    // A recording left live by a clean close is live again after the open, detached (its
+    // producer may resume it), its chunks kept.
     let meta = store.meta(live_key).await.unwrap().unwrap();
-    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!(meta.status, Status::Recording);
     assert_eq!((meta.chunk_count, meta.byte_len), (2, 11));
     assert_eq!(
         texts_of(&all_chunks(&store, live_key, 1).await),
         ["still ", "going"]
     );
-    assert!(store.live(live_key).is_none());
+    let adopted = store.live(live_key).expect("adopted as live");
+    assert!(!adopted.holder().attached);
+    assert_eq!(adopted.progress().bytes, 11);
+    store
+        .end(&adopted, Status::Interrupted, None)
+        .await
+        .unwrap();
 
     // The reopened store takes new work, numbering the conversation's recordings on.
     let again = store.start(&id("finished")).await.unwrap();
@@ -129,7 +136,7 @@ impl Drop for ChildGuard {
 }
 
 #[tokio::test]
-async fn reopen_after_sigkill_keeps_acked_chunks_and_interrupts_live_recordings() {
+async fn reopen_after_sigkill_keeps_acked_chunks_and_detaches_live_recordings() {
     use std::os::unix::process::ExitStatusExt;
 
     let dir = tempfile::tempdir().unwrap();
@@ -196,8 +203,7 @@ async fn reopen_after_sigkill_keeps_acked_chunks_and_interrupts_live_recordings(
 
     let key = id(CHILD_LIVE).key();
     let live = store.meta(key).await.unwrap().unwrap();
-    assert_eq!(live.status, Status::Interrupted);
-    assert!(live.error.is_some());
+    assert_eq!(live.status, Status::Recording, "left live, detached");
     assert!(
         live.chunk_count > max_acked,
         "{} chunks stored, chunk {max_acked} was acked",
@@ -214,7 +220,16 @@ async fn reopen_after_sigkill_keeps_acked_chunks_and_interrupts_live_recordings(
     }
     assert_eq!(offset, live.byte_len);
 
-    // Recovery scheduled the interrupted recording for collection like any finished one.
+    // Nobody resumes it: it ends, and is collected like any finished one.
+    let adopted = store.live(key).expect("adopted as live");
+    assert!(!adopted.holder().attached);
+    assert_eq!(adopted.progress().bytes, live.byte_len);
+    assert!(
+        store
+            .end(&adopted, Status::Interrupted, None)
+            .await
+            .unwrap()
+    );
     clock.advance(ms(RETENTION) + 1);
     let report = sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
     assert_eq!(report.recordings_deleted, 2);

@@ -28,6 +28,9 @@ use crate::recorder::{Progress, Recordings, Status, Tape, TapeWriter, sweeper};
 /// Where every test clock starts, in ms since the epoch.
 pub(super) const T0: u64 = 1_700_000_000_000;
 const RETENTION: Duration = Duration::from_secs(10 * 60);
+const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60 * 60);
+/// Long enough that no test sees a grace period run out unless it moves time on.
+const GRACE: Duration = Duration::from_secs(60 * 60);
 const IDLE: Duration = Duration::from_secs(60 * 60);
 /// Longest any single event may take before a test gives up.
 const WAIT: Duration = Duration::from_secs(20);
@@ -52,6 +55,7 @@ const MAX_LIVE: usize = 100;
 pub(super) fn options(clock: &ManualClock) -> StoreOptions {
     StoreOptions {
         retention: RETENTION,
+        tombstone_retention: TOMBSTONE_RETENTION,
         clock: Arc::new(clock.clone()),
     }
 }
@@ -73,8 +77,13 @@ impl std::ops::Deref for TestStore {
 
 impl TestStore {
     pub(super) fn new(store: Store, max_live: usize) -> Self {
+        let policy = crate::recorder::LivePolicy {
+            max_live,
+            grace: GRACE,
+            on_conflict: crate::recorder::OnConflict::Supersede,
+        };
         Self {
-            recordings: Recordings::new(store, max_live),
+            recordings: Recordings::new(store, policy),
         }
     }
 
@@ -83,7 +92,7 @@ impl TestStore {
     }
 
     pub(super) async fn start(&self, id: &ConversationId) -> crate::Result<TapeWriter> {
-        self.recordings.start(id).await
+        self.recordings.start(id, None).await
     }
 
     pub(super) async fn end(

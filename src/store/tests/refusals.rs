@@ -171,6 +171,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
         handle.inner.journal.clone(),
         WriterSettings {
             retention_ms: ms(RETENTION),
+            tombstone_ms: ms(RETENTION),
             clock: Arc::new(clock.clone()),
         },
     );
@@ -182,9 +183,11 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
             index: 0,
             offset: 0,
             text: Arc::from("x"),
+            committed_ms: 0,
         };
         ops.try_send(Op::Append {
             live: tape.clone(),
+            session: 1,
             chunk,
             done,
         })
@@ -197,6 +200,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
         live: broken.tape().clone(),
         status: Status::Completed,
         message: None,
+        only: crate::store::EndIf::Always,
         done,
     })
     .unwrap();

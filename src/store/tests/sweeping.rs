@@ -30,7 +30,8 @@ async fn sweeper_deletes_exactly_the_expired_recordings() {
         SweepReport {
             recordings_deleted: 2,
             chunks_deleted: 6,
-            more: false
+            more: false,
+            tombstones_forgotten: 0,
         }
     );
     for key in expired {
@@ -99,6 +100,7 @@ async fn big_expired_recording_is_deleted_over_bounded_commits() {
         recordings_deleted,
         chunks_deleted,
         more,
+        tombstones_forgotten: 0,
     };
     assert_eq!(
         reports,

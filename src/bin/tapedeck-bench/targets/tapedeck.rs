@@ -215,6 +215,7 @@ impl Target for Tapedeck {
             .replay(ReplayRequest {
                 conversation_id: id,
                 resume_offset: 0,
+                ..Default::default()
             })
             .await?
             .into_inner();
@@ -227,6 +228,7 @@ impl Target for Tapedeck {
             .replay(ReplayRequest {
                 conversation_id: name.as_bytes().to_vec(),
                 resume_offset: 0,
+                ..Default::default()
             })
             .await?
             .into_inner();

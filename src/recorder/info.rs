@@ -1,0 +1,113 @@
+//! What is known about recordings, for the management API: one conversation's recording (with
+//! what only the live registry knows: its readers, whether a producer is attached) or its
+//! tombstone, and pages of recordings in start order.
+use std::sync::Arc;
+
+use super::registry::Recordings;
+use super::status::Status;
+use super::tape::Tape;
+use crate::error::Result;
+use crate::id::ConversationId;
+use crate::store::{Lookup, PageToken, RecordingMeta, Tombstone};
+
+/// Largest page a listing returns.
+pub const MAX_PAGE_SIZE: usize = 1000;
+/// Page size when the caller names none.
+pub const DEFAULT_PAGE_SIZE: usize = 100;
+/// Rows a listing looks at for one page, at most, so that a rare status filter cannot make
+/// one call walk the whole table; the page then comes back short, with a token.
+const MAX_SCANNED_PER_PAGE: usize = 10 * MAX_PAGE_SIZE;
+
+/// A recording, as stored and as live.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RecordingInfo {
+    /// Its row; for a live recording, its chunk count and length are what is committed now.
+    pub meta: RecordingMeta,
+    /// Replays following it live now.
+    pub readers: u64,
+    /// Whether a producer is attached to it.
+    pub producer_attached: bool,
+    /// Why it ended, for clients.
+    pub end_message: Option<String>,
+}
+
+/// What is known about a conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Found {
+    /// Its latest recording.
+    Recording(RecordingInfo),
+    /// Its recording was collected or deleted.
+    Gone(Tombstone),
+    /// Nothing.
+    Unknown,
+}
+
+/// One page of recordings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Listing {
+    /// The recordings, in start order.
+    pub recordings: Vec<RecordingInfo>,
+    /// The token of the next page; `None` after the last.
+    pub next_page_token: Option<String>,
+}
+
+pub(super) async fn get(recordings: &Recordings, id: &ConversationId) -> Result<Found> {
+    Ok(match recordings.store().lookup(id.key()).await? {
+        Lookup::Stored(meta) => {
+            let tape = recordings.live(id.key());
+            Found::Recording(overlay(meta, tape.as_ref()))
+        }
+        Lookup::Gone(tombstone) => Found::Gone(tombstone),
+        Lookup::Unknown => Found::Unknown,
+    })
+}
+
+pub(super) async fn list(
+    recordings: &Recordings,
+    page_token: Option<&str>,
+    page_size: usize,
+    only: Option<Status>,
+) -> Result<Listing> {
+    let after = page_token.map(PageToken::decode).transpose()?;
+    let limit = match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        size => size.min(MAX_PAGE_SIZE),
+    };
+    let page = recordings
+        .store()
+        .list(after, limit, only, MAX_SCANNED_PER_PAGE)
+        .await?;
+    let recordings = page
+        .rows
+        .into_iter()
+        .map(|(key, meta)| overlay(meta, recordings.live(key).as_ref()))
+        .collect();
+    Ok(Listing {
+        recordings,
+        next_page_token: page.next.map(|token| token.encode()),
+    })
+}
+
+/// A stored row with what the live registry knows of it, if it is live.
+fn overlay(mut meta: RecordingMeta, tape: Option<&Arc<Tape>>) -> RecordingInfo {
+    let end_message = meta.error.clone();
+    let Some(tape) = tape.filter(|t| t.generation() == meta.generation) else {
+        return RecordingInfo {
+            meta,
+            readers: 0,
+            producer_attached: false,
+            end_message,
+        };
+    };
+    let progress = tape.progress();
+    if progress.status.is_live() {
+        meta.chunk_count = progress.chunks;
+        meta.byte_len = progress.bytes;
+    }
+    RecordingInfo {
+        meta,
+        readers: tape.readers(),
+        producer_attached: tape.holder().attached,
+        end_message,
+    }
+}
