@@ -1,6 +1,7 @@
 //! The real binary, killed with SIGKILL mid-recording and restarted on the same data dir:
 //! everything committed (and every acknowledged byte) is replayable, and the recordings that
-//! were live come back `interrupted`.
+//! were live come back detached; restarted with no grace period (`--producer-grace 0s`), they
+//! end as `interrupted` at once. Producers resuming after a crash: `producer_resume.rs`.
 mod common;
 
 use common::*;
@@ -28,7 +29,7 @@ async fn a_recording_survives_sigkill_of_the_binary() {
     }
     server.kill();
 
-    let server = BinaryServer::spawn(dir.path(), &[]);
+    let server = BinaryServer::spawn(dir.path(), &["--producer-grace", "0s"]);
     let client = server.recorder().await;
     let finished = replay_text(&client, b"finished").await.unwrap();
     assert_eq!(finished.text, "complete before the crash");
@@ -86,7 +87,7 @@ async fn every_acknowledged_legacy_byte_survives_sigkill() {
     server.kill();
     assert!(acked > 0);
 
-    let server = BinaryServer::spawn(dir.path(), &[]);
+    let server = BinaryServer::spawn(dir.path(), &["--producer-grace", "0s"]);
     let replayed = replay_text(&server.recorder().await, b"legacy-crash")
         .await
         .unwrap();

@@ -37,8 +37,16 @@ const OLDER_SAMPLE: usize = 8;
 const RETENTION: Duration = Duration::from_secs(40);
 /// A recording is certainly still there this long after its cycle began.
 const SURELY_KEPT: Duration = RETENTION.saturating_sub(Duration::from_secs(5));
-/// The server's flags: [`RETENTION`], and a sweep every second.
-const SERVER_ARGS: &[&str] = &["--retention", "40s", "--gc-interval", "1s"];
+/// The server's flags: [`RETENTION`], a sweep every second, and no grace period (recordings
+/// left live by a kill end as `interrupted` at start-up).
+const SERVER_ARGS: &[&str] = &[
+    "--retention",
+    "40s",
+    "--gc-interval",
+    "1s",
+    "--producer-grace",
+    "0s",
+];
 
 /// xorshift64*: small, seedable, good enough to pick kill moments and token sizes.
 #[derive(Clone)]

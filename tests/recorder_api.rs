@@ -509,8 +509,14 @@ async fn shutdown_answers_live_producers_and_ends_replays() {
         "{}",
         answer.error_message
     );
-    let rest = read_all(stream).await.unwrap();
-    assert_eq!(rest.status.as_deref(), Some("interrupted"));
+    // The recording stays live (detached) for the next run; the replay is told to come back.
+    let ended = read_all(stream).await.unwrap_err();
+    assert_eq!(ended.code(), tonic::Code::Unavailable);
+    assert!(
+        ended.message().contains("replay again from offset 9"),
+        "{}",
+        ended.message()
+    );
     stopping.await.unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let client = server.recorder().await;

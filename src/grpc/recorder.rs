@@ -74,7 +74,6 @@ impl ResponseRecorderService for RecorderService {
                 offset: piece.end_offset as i64,
                 chunk_index: chunk.index,
                 committed_at_ms: chunk.committed_ms as i64,
-                ..Default::default()
             }
         })
         .await?;

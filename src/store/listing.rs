@@ -90,11 +90,10 @@ pub(super) fn page(
     };
     let mut rows = Vec::new();
     let mut last_seen = after;
-    let mut scanned = 0;
-    for entry in started
+    let entries = started
         .range::<(u64, u128)>((from, Bound::Unbounded))
-        .map_err(Error::storage)?
-    {
+        .map_err(Error::storage)?;
+    for (scanned, entry) in entries.enumerate() {
         let (created_ms, key) = entry.map_err(Error::storage)?.0.value();
         if rows.len() == limit || scanned == scan {
             // More is left: the next page goes on after the last entry looked at.
@@ -103,7 +102,6 @@ pub(super) fn page(
                 next: last_seen,
             });
         }
-        scanned += 1;
         last_seen = Some(PageToken { created_ms, key });
         let Some(bytes) = recordings.get(key).map_err(Error::storage)? else {
             continue;

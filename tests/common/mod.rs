@@ -49,12 +49,15 @@ pub(crate) struct TestServer {
     task: JoinHandle<tapedeck::Result<()>>,
 }
 
-/// A config for tests: everything default but the data dir and a short shutdown timeout.
+/// A config for tests: everything default but the data dir, a short shutdown timeout, and no
+/// producer grace period (a producer that goes away ends its recording as `interrupted` at
+/// once; the tests of resuming set a grace period of their own).
 pub(crate) fn test_config(data_dir: &Path) -> Config {
     Config {
         listen: SocketAddr::from(([127, 0, 0, 1], 0)),
         data_dir: data_dir.to_path_buf(),
         shutdown_timeout: Duration::from_secs(5),
+        producer_grace: Duration::ZERO,
         ..Config::default()
     }
 }
