@@ -24,6 +24,15 @@ pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
 pub(crate) type RecorderClient = ResponseRecorderServiceClient<Channel>;
 pub(crate) type ResumerClient = ResponseResumerServiceClient<Channel>;
+pub(crate) type RecordingsClient =
+    tapedeck::pb::tapedeck::recordings_client::RecordingsClient<Channel>;
+
+/// A client of tapedeck's management API at `addr`.
+pub(crate) async fn recordings_client(addr: SocketAddr) -> RecordingsClient {
+    RecordingsClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
 
 /// A client of the current API at `addr`, taking messages of up to 64 MiB.
 pub(crate) async fn recorder_client(addr: SocketAddr) -> RecorderClient {
@@ -109,13 +118,27 @@ pub(crate) struct Recording {
 impl Recording {
     /// Opens a Record call whose first message carries only the id.
     pub(crate) async fn open(client: &RecorderClient, id: &[u8]) -> Recording {
-        let (tx, rx) = mpsc::channel(1024);
-        tx.send(RecordRequest {
+        let first = RecordRequest {
             conversation_id: id.to_vec(),
             ..Default::default()
-        })
-        .await
-        .unwrap();
+        };
+        Self::open_with(client, first).await
+    }
+
+    /// Opens a Record call that resumes `id`'s recording from byte `from`.
+    pub(crate) async fn resume(client: &RecorderClient, id: &[u8], from: i64) -> Recording {
+        let first = RecordRequest {
+            conversation_id: id.to_vec(),
+            resume_from_offset: Some(from),
+            ..Default::default()
+        };
+        Self::open_with(client, first).await
+    }
+
+    /// Opens a Record call whose first message is `first`.
+    pub(crate) async fn open_with(client: &RecorderClient, first: RecordRequest) -> Recording {
+        let (tx, rx) = mpsc::channel(1024);
+        tx.send(first).await.unwrap();
         let mut client = client.clone();
         let answer = tokio::spawn(async move {
             client
@@ -413,6 +436,10 @@ impl BinaryServer {
 
     pub(crate) async fn resumer(&self) -> ResumerClient {
         resumer_client(self.addr).await
+    }
+
+    pub(crate) async fn recordings(&self) -> RecordingsClient {
+        recordings_client(self.addr).await
     }
 
     /// SIGKILLs the process (no chance to clean up) and reaps it.
