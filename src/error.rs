@@ -317,9 +317,9 @@ pub enum Error {
     /// The commit pipeline's thread could not be started.
     #[error("cannot start the commit pipeline thread: {0}")]
     WriterThread(#[source] std::io::Error),
-    /// A blocking read task panicked or was cancelled.
-    #[error("a read task failed: {0}")]
-    ReadTask(#[source] tokio::task::JoinError),
+    /// An internal task (a blocking read, a producer's start) panicked or was cancelled.
+    #[error("an internal task failed: {0}")]
+    Task(#[source] tokio::task::JoinError),
     /// The listening socket failed.
     #[error("the listener on {addr} failed: {source}")]
     Listener {
@@ -421,7 +421,7 @@ impl Error {
             | Error::Decode { .. }
             | Error::Encode { .. }
             | Error::WriterThread(_)
-            | Error::ReadTask(_)
+            | Error::Task(_)
             | Error::Listener { .. }
             | Error::Bind { .. }
             | Error::Reflection(_)

@@ -250,13 +250,15 @@ async fn a_detached_recording_is_interrupted_after_the_grace_period_and_can_stil
     let id = b"grace";
     let recording = Recording::open(&proxy.recorder().await, id).await;
     recording.send("before ").await;
-    let stream = replay_when_live(&client, id, 0).await.unwrap();
+    let mut stream = replay_when_live(&client, id, 0).await.unwrap();
+    let mut seen = String::new();
+    read_len(&mut stream, &mut seen, 7).await;
     // The producer vanishes: its connection is cut mid-stream.
     proxy.cut();
     assert!(recording.answer().await.is_err());
-    let replayed = read_all(stream).await.unwrap();
-    assert_eq!(replayed.text, "before ");
-    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    let rest = read_all(stream).await.unwrap();
+    assert_eq!(format!("{seen}{}", rest.text), "before ");
+    assert_eq!(rest.status.as_deref(), Some("interrupted"));
     let got = server
         .recordings()
         .await
@@ -391,4 +393,40 @@ async fn the_reject_policy_refuses_a_second_response_but_not_a_resume() {
     // Once it has ended, a new response is welcome.
     record_all(&client, b"busy", &["third"]).await;
     assert_eq!(replay_text(&client, b"busy").await.unwrap().text, "third");
+}
+
+/// A producer whose connection is cut while its start is still being committed must not leave
+/// a recording that looks attached for ever: once started, it detaches like any other.
+#[tokio::test]
+async fn a_producer_cut_off_during_its_start_leaves_no_recording_stuck_attached() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &["--producer-grace", "100ms"]);
+    let mut recordings = server.recordings().await;
+    for attempt in 0..20 {
+        let id = format!("cut-at-start-{attempt}").into_bytes();
+        let proxy = CuttableProxy::start(server.addr).await;
+        let recording = Recording::open(&proxy.recorder().await, &id).await;
+        // Cut after a varying pause: before, during or after the start's commit.
+        tokio::time::sleep(Duration::from_micros(200 * attempt)).await;
+        proxy.cut();
+        let _ = recording.answer().await;
+        let settled = tokio::time::timeout(WAIT, async {
+            loop {
+                let got = recordings
+                    .get(GetRecordingRequest {
+                        conversation_id: id.clone(),
+                    })
+                    .await;
+                match got {
+                    Err(status) if status.code() == Code::NotFound => return,
+                    Ok(got) if got.get_ref().status != RecordingStatus::Recording as i32 => {
+                        return;
+                    }
+                    _ => tokio::time::sleep(Duration::from_millis(20)).await,
+                }
+            }
+        })
+        .await;
+        assert!(settled.is_ok(), "attempt {attempt}: still recording");
+    }
 }

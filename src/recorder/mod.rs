@@ -98,10 +98,19 @@ impl Recorder {
             }
             asked => asked.map(|r| r.as_millis() as u64),
         };
-        let writer = match options.resume_from {
-            None => self.recordings.start(&id, retention_ms).await?,
-            Some(offset) => self.recordings.resume(&id, offset, retention_ms).await?,
-        };
+        // On a task of its own: a caller that goes away mid-start (its connection cut) drops
+        // only the handle, and the producer's handle, once made, detaches like any other.
+        let recordings = self.recordings.clone();
+        let resume_from = options.resume_from;
+        let starting = id.clone();
+        let writer = tokio::spawn(async move {
+            match resume_from {
+                None => recordings.start(&starting, retention_ms).await,
+                Some(offset) => recordings.resume(&starting, offset, retention_ms).await,
+            }
+        })
+        .await
+        .map_err(Error::Task)??;
         if self.is_shutting_down() {
             // Raced with shutdown: the recording stays live (detached) for the next run.
             writer.detach(SHUTDOWN_MESSAGE.into());

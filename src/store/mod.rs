@@ -438,7 +438,7 @@ impl Store {
         let db = self.inner.db.clone();
         tokio::task::spawn_blocking(move || db.read(read))
             .await
-            .map_err(Error::ReadTask)?
+            .map_err(Error::Task)?
     }
 
     /// Stops the commit pipeline after it has committed everything queued (the ends queued
