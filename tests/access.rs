@@ -489,3 +489,103 @@ async fn refusals_say_why_without_repeating_the_credential() {
     assert!(enabled.enabled);
     server.stop().await;
 }
+
+/// The management API: Get and List need reader access (List shows a caller only the
+/// recordings it may read), Delete needs writer access or an API key.
+#[tokio::test]
+async fn the_management_api_follows_the_access_rules_for_every_credential() {
+    use tapedeck::pb::tapedeck::{
+        DeleteRecordingRequest, GetRecordingRequest, ListRecordingsRequest,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.access = access();
+    let server = TestServer::start(config).await;
+    let current = server.recorder().await;
+    let mut recordings = recordings_client(server.addr).await;
+    for cred in ALL {
+        let case = format!("{cred:?}");
+        // The target and another conversation, recorded with the API key.
+        for id in [TARGET, "chat-99"] {
+            let (tx, rx) = tokio::sync::mpsc::channel(4);
+            tx.send(RecordRequest {
+                conversation_id: id.into(),
+                content: "text".into(),
+                complete: true,
+                ..Default::default()
+            })
+            .await
+            .unwrap();
+            drop(tx);
+            let answer = current
+                .clone()
+                .record(with(Cred::Key, ReceiverStream::new(rx)))
+                .await
+                .unwrap()
+                .into_inner();
+            assert_eq!(answer.status, RecordStatus::Success as i32);
+        }
+        let expected = expected(cred);
+        let got = recordings
+            .get(with(
+                cred,
+                GetRecordingRequest {
+                    conversation_id: TARGET.into(),
+                },
+            ))
+            .await
+            .map(drop)
+            .map_err(|s| s.code());
+        assert_eq!(got, expected.replay, "get: {case}");
+
+        let listed = recordings
+            .list(with(cred, ListRecordingsRequest::default()))
+            .await
+            .map(|r| {
+                r.into_inner()
+                    .recordings
+                    .into_iter()
+                    .map(|r| String::from_utf8(r.conversation_id).unwrap())
+                    .collect::<Vec<_>>()
+            })
+            .map_err(|s| s.code());
+        match (&listed, cred) {
+            (Err(code), _) => assert_eq!(Err(*code), expected.replay, "list: {case}"),
+            (Ok(ids), Cred::Key | Cred::KeyAndWriter | Cred::WildcardReader) => {
+                assert_eq!(ids, &[TARGET, "chat-99"], "list: {case}")
+            }
+            (Ok(ids), Cred::OtherConversation) => assert_eq!(ids, &["chat-99"], "list: {case}"),
+            (Ok(ids), _) => assert_eq!(ids, &[TARGET], "list: {case}"),
+        }
+
+        let deleted = recordings
+            .delete(with(
+                cred,
+                DeleteRecordingRequest {
+                    conversation_id: TARGET.into(),
+                },
+            ))
+            .await
+            .map(drop)
+            .map_err(|s| s.code());
+        // Delete is allowed exactly where recording is.
+        assert_eq!(deleted, expected.record, "delete: {case}");
+        let after = recordings
+            .get(with(
+                Cred::Key,
+                GetRecordingRequest {
+                    conversation_id: TARGET.into(),
+                },
+            ))
+            .await
+            .unwrap()
+            .into_inner();
+        let gone = after.tombstone.is_some();
+        assert_eq!(
+            gone,
+            deleted.is_ok(),
+            "a refused delete deletes nothing: {case}"
+        );
+    }
+    server.stop().await;
+}
