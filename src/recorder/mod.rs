@@ -239,7 +239,7 @@ impl Recorder {
     /// restart they wait the grace period again for their producers to resume.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        self.recordings.stop_grace();
+        self.recordings.stop_grace().await;
         self.stopping.cancel();
         for tape in self.recordings.live_tapes() {
             tape.producer_detached().await;

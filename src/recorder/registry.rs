@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
@@ -59,6 +60,8 @@ pub(crate) struct Registry {
     /// Cancelled at shutdown: grace periods stop running (detached recordings stay live in
     /// the file, for the next run).
     stopping: CancellationToken,
+    /// Owns the grace-period tasks; shutdown waits for them to return.
+    grace_tasks: TaskTracker,
 }
 
 impl Registry {
@@ -127,7 +130,7 @@ impl Registry {
             return;
         };
         let (store, stopping) = (store.clone(), self.stopping.clone());
-        runtime.spawn(async move {
+        runtime.spawn(self.grace_tasks.track_future(async move {
             tokio::select! {
                 () = tokio::time::sleep(grace) => {}
                 () = stopping.cancelled() => return,
@@ -138,7 +141,7 @@ impl Registry {
             {
                 tracing::warn!(error = %err, "could not end a recording after its grace period");
             }
-        });
+        }));
     }
 
     /// Removes `tape`, if it is still the one registered for its conversation.
@@ -176,6 +179,7 @@ impl Recordings {
             policy,
             changed: Notify::new(),
             stopping: CancellationToken::new(),
+            grace_tasks: TaskTracker::new(),
         });
         let now_ms = store.clock().now_ms();
         for recovered in store.take_recovered() {
@@ -194,10 +198,13 @@ impl Recordings {
         Self { store, registry }
     }
 
-    /// Stops the grace periods under way: at shutdown, detached recordings stay live in the
-    /// file and their grace period starts again at the next start-up.
-    pub(crate) fn stop_grace(&self) {
+    /// Stops the grace periods under way and waits for their tasks: at shutdown, detached
+    /// recordings stay live in the file and their grace period starts again at the next
+    /// start-up.
+    pub(crate) async fn stop_grace(&self) {
         self.registry.stopping.cancel();
+        self.registry.grace_tasks.close();
+        self.registry.grace_tasks.wait().await;
     }
 
     /// The store underneath.
