@@ -211,7 +211,7 @@ async fn fill(dir: &std::path::Path, count: usize) {
             async move {
                 let id = ConversationId::parse(format!("page-{i:05}").as_bytes()).unwrap();
                 let mut writer = recordings.start(&id, None).await.unwrap();
-                let _ = writer.append("x").await.unwrap();
+                drop(writer.append("x").await.unwrap());
                 let status = if i % 10 == 0 {
                     Status::Cancelled
                 } else {
