@@ -514,15 +514,18 @@ pub(crate) fn try_spawn_serving(
             .lines()
             .map_while(Result::ok)
         {
+            let listening = !ready && line.contains("tapedeck listening");
             if !ready {
                 before_ready.lock().unwrap().push(line.clone());
             }
-            if !ready && line.contains("tapedeck listening") {
-                ready = true;
-                let _ = events.send(Some(()));
-            }
+            // Kept before readiness is told, so that a test reading the log once the server
+            // listens finds the listening line in it.
             if let Some(keep) = &keep {
                 keep.lock().unwrap().push(line);
+            }
+            if listening {
+                ready = true;
+                let _ = events.send(Some(()));
             }
         }
         let _ = events.send(None);
