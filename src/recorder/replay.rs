@@ -145,7 +145,7 @@ impl Replay {
                 Lookup::Gone(tombstone) => {
                     return Err(not_found(match tombstone.gone {
                         crate::store::Gone::Deleted => Absence::Deleted {
-                            at_ms: tombstone.finished_ms.unwrap_or(tombstone.collected_ms),
+                            at_ms: tombstone.collected_ms,
                         },
                         crate::store::Gone::Expired => Absence::Expired {
                             finished_ms: tombstone.finished_ms,
