@@ -11,13 +11,14 @@ use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 
 #[tokio::test]
-async fn health_reports_both_services_serving() {
+async fn health_reports_every_service_serving() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
     let mut health = HealthClient::new(channel(&server).await);
     for service in [
         "memory.v1.ResponseRecorderService",
         "memory.v1.ResponseResumerService",
+        "tapedeck.v1.Recordings",
         "",
     ] {
         let status = health
@@ -92,6 +93,10 @@ async fn reflection_lists_the_services_and_describes_the_extension_fields() {
     );
     assert!(
         names.contains(&"memory.v1.ResponseResumerService".to_string()),
+        "{names:?}"
+    );
+    assert!(
+        names.contains(&"tapedeck.v1.Recordings".to_string()),
         "{names:?}"
     );
     let Some(MessageResponse::FileDescriptorResponse(files)) =
