@@ -16,8 +16,8 @@
 //!   a failed one.
 //! - `database`: the open file, reopened after I/O errors, and the disk reserve; `recovery`:
 //!   opening a file, checking its schema, and finding what the last run left live;
-//!   `upgrade`: rewriting files of older schemas; `listing`: reading rows, tombstones and
-//!   pages of them.
+//!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
+//!   rows, tombstones and pages of them.
 
 mod database;
 mod journal;
@@ -25,6 +25,7 @@ mod listing;
 mod live;
 mod pipeline;
 mod publish;
+mod reads;
 mod recovery;
 pub mod schema;
 mod stored;
@@ -54,7 +55,6 @@ pub use pipeline::SweepReport;
 use pipeline::{Op, Writer, WriterSettings};
 pub use recovery::RecoveredLive;
 pub use schema::{Gone, RecordingMeta, Tombstone};
-use stored::StoredChunks;
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
 const OP_QUEUE_DEPTH: usize = 16 * 1024;
@@ -335,112 +335,6 @@ impl Store {
             .map_err(|_| Error::ShuttingDown)
     }
 
-    /// The stored meta of conversation `key`'s latest recording. For a live one, the chunk
-    /// count and byte length are what is committed now (the row itself holds them only once
-    /// the recording has ended).
-    ///
-    /// Fails with a storage error.
-    pub async fn meta(&self, key: u128) -> Result<Option<RecordingMeta>> {
-        match self.lookup(key).await? {
-            Lookup::Stored(meta) => Ok(Some(meta)),
-            Lookup::Gone(_) | Lookup::Unknown => Ok(None),
-        }
-    }
-
-    /// Conversation `key`'s latest recording as [`meta`](Self::meta) reads it, or its
-    /// tombstone, in one read.
-    ///
-    /// Fails with a storage error.
-    pub async fn lookup(&self, key: u128) -> Result<Lookup> {
-        let journal = self.inner.journal.last(key);
-        self.read(move |txn| listing::lookup(txn, key, journal))
-            .await
-    }
-
-    /// Up to `limit` stored recordings in start order, after `after` (from the first when
-    /// `None`), only those with status `only` if given. Looks at no more than `scan` rows, so
-    /// a page may come back short (even empty) with a token to go on from.
-    ///
-    /// Fails with a storage error.
-    pub async fn list(
-        &self,
-        after: Option<PageToken>,
-        limit: usize,
-        only: Option<Status>,
-        scan: usize,
-    ) -> Result<Page> {
-        self.read(move |txn| listing::page(txn, after, limit, only, scan))
-            .await
-    }
-
-    /// Committed chunks of recording `generation` of `key`, from chunk `from` on, stopping
-    /// after `max_bytes` (at least one chunk is returned when any is there).
-    ///
-    /// Fails with `Superseded` if the conversation now holds another recording, or
-    /// `RecordingNotFound` if it was deleted or the sweeper is deleting it.
-    pub async fn read_chunks(
-        &self,
-        key: u128,
-        generation: u64,
-        from: u64,
-        max_bytes: usize,
-    ) -> Result<Vec<Chunk>> {
-        // Every stored chunk holds at least a byte, but take a few more in case one is empty.
-        let journal = self
-            .inner
-            .journal
-            .view(key, from, max_bytes.saturating_add(64));
-        self.read(move |txn| {
-            let meta = check_generation(txn, key, generation)?;
-            StoredChunks::open(txn, key, meta.timed_chunks, journal)?.read_from(from, max_bytes)
-        })
-        .await
-    }
-
-    /// The index of the chunk holding byte `offset` among the first `chunk_count` chunks of
-    /// recording `generation` of `key`, by binary search over chunk start offsets (never a scan
-    /// from the start). `offset` must be below the committed length.
-    ///
-    /// Fails as [`read_chunks`](Self::read_chunks) does.
-    pub async fn locate(
-        &self,
-        key: u128,
-        generation: u64,
-        chunk_count: u64,
-        offset: u64,
-    ) -> Result<u64> {
-        let journal = self.inner.journal.view(key, 0, usize::MAX);
-        self.read(move |txn| {
-            let meta = check_generation(txn, key, generation)?;
-            let chunks = StoredChunks::open(txn, key, meta.timed_chunks, journal)?;
-            // Invariant: chunk `low` starts at or before `offset`; chunk `high` starts after it.
-            let (mut low, mut high) = (0, chunk_count);
-            while high - low > 1 {
-                let mid = low + (high - low) / 2;
-                let start = chunks
-                    .offset_of(mid)?
-                    .ok_or_else(|| stored::being_collected(key))?;
-                if start <= offset {
-                    low = mid;
-                } else {
-                    high = mid;
-                }
-            }
-            Ok(low)
-        })
-        .await
-    }
-
-    async fn read<T: Send + 'static>(
-        &self,
-        read: impl FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
-    ) -> Result<T> {
-        let db = self.inner.db.clone();
-        tokio::task::spawn_blocking(move || db.read(read))
-            .await
-            .map_err(Error::Task)?
-    }
-
     /// Stops the commit pipeline after it has committed everything queued (the ends queued
     /// in the background included), waits for it, and closes the database file; reads still
     /// under way finish first, later ones fail. Recordings still live stay `recording` in the
@@ -464,32 +358,4 @@ impl Store {
             tracing::info!("database closed");
         }
     }
-}
-
-/// The row of recording `generation` of `key`.
-///
-/// Fails with `Superseded` when the conversation holds another recording now, and
-/// `RecordingNotFound` when it is deleted or gone.
-fn check_generation(
-    txn: &redb::ReadTransaction,
-    key: u128,
-    generation: u64,
-) -> Result<RecordingMeta> {
-    let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
-    let meta = match recordings.get(key).map_err(Error::storage)? {
-        Some(bytes) => schema::decode_meta(bytes.value())?,
-        None => return Err(stored::being_collected(key)),
-    };
-    if meta.generation != generation {
-        return Err(Error::Superseded);
-    }
-    if meta.status == Status::Deleted {
-        return Err(Error::RecordingNotFound {
-            id: uuid::Uuid::from_u128(key).to_string(),
-            why: crate::error::Absence::Deleted {
-                at_ms: meta.updated_ms,
-            },
-        });
-    }
-    Ok(meta)
 }

@@ -288,14 +288,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
 
     /// Deletes tombstones whose time is up, at most [`MAX_DUE_PER_SWEEP`]; returns how many.
     fn forget_old_tombstones(&mut self) -> Result<u64> {
-        let due: Vec<(u64, u128)> = self
-            .tombstone_expiry
-            .range(..=(self.now, u128::MAX))
-            .map_err(Error::storage)?
-            .take(MAX_DUE_PER_SWEEP)
-            .map(|entry| entry.map(|(k, _)| k.value()))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(Error::storage)?;
+        let due = due_by(&self.tombstone_expiry, self.now)?;
         for &(at, key) in &due {
             self.tombstone_expiry
                 .remove((at, key))
@@ -313,14 +306,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         tombstone_ms: u64,
     ) -> Result<SweepReport> {
         let mut report = SweepReport::default();
-        let due: Vec<(u64, u128)> = self
-            .expiry
-            .range(..=(self.now, u128::MAX))
-            .map_err(Error::storage)?
-            .take(MAX_DUE_PER_SWEEP)
-            .map(|entry| entry.map(|(k, _)| k.value()))
-            .collect::<std::result::Result<_, _>>()
-            .map_err(Error::storage)?;
+        let due = due_by(&self.expiry, self.now)?;
         for (expires, key) in due {
             let budget = max_chunks - report.chunks_deleted;
             let (deleted, gone) = self.purge(key, budget, tombstone_ms)?;
@@ -387,6 +373,16 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let tables = (&mut self.journal, &mut self.chunks);
         self.delta.fold(tables, self.index, key).map(drop)
     }
+}
+
+/// The first [`MAX_DUE_PER_SWEEP`] entries of a `(time, conversation)` schedule due by `now`.
+fn due_by(schedule: &redb::Table<'_, (u64, u128), ()>, now: u64) -> Result<Vec<(u64, u128)>> {
+    schedule
+        .range(..=(now, u128::MAX))
+        .map_err(Error::storage)?
+        .take(MAX_DUE_PER_SWEEP)
+        .map(|entry| entry.map(|(k, _)| k.value()).map_err(Error::storage))
+        .collect()
 }
 
 fn missing_row(key: u128) -> Error {
