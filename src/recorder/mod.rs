@@ -8,6 +8,7 @@ mod info;
 mod producer;
 mod registry;
 mod replay;
+mod resume;
 mod status;
 pub mod sweeper;
 mod tape;

@@ -1,7 +1,7 @@
 //! The live recordings: at most one per conversation, at most `max_live` in all. A start
 //! registers its recording and supersedes (or, under the reject policy, refuses to replace)
 //! the conversation's live one on the commit pipeline's thread, in queue order, before anything
-//! is deleted; a resume takes over the live recording, or makes an ended one live again. A
+//! is deleted (a resume, in `resume.rs`, takes over the live recording or reopens an ended one). A
 //! recording leaves the registry when its end is published. Detached recordings end after the
 //! grace period unless a producer resumes them.
 use std::collections::HashMap;
@@ -16,7 +16,7 @@ use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, RecordingMeta, Store};
+use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store};
 
 /// What a new recording does to a conversation's live one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -69,7 +69,7 @@ impl Registry {
     ///
     /// Fails with `AlreadyRecording` under the reject policy when the conversation has a live
     /// recording, or `TooManyLiveRecordings` when `max_live` other conversations are live.
-    fn admit(
+    pub(super) fn admit(
         self: &Arc<Self>,
         id: ConversationId,
         opening: Opening,
@@ -157,7 +157,7 @@ impl Registry {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Arc<Tape>>> {
+    pub(super) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u128, Arc<Tape>>> {
         self.tapes.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -166,8 +166,8 @@ impl Registry {
 /// ending one, and finding them. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Recordings {
-    store: Store,
-    registry: Arc<Registry>,
+    pub(super) store: Store,
+    pub(super) registry: Arc<Registry>,
 }
 
 impl Recordings {
@@ -236,87 +236,9 @@ impl Recordings {
         Ok(TapeWriter::new(self.store.clone(), tape))
     }
 
-    /// Hands conversation `id`'s recording to a producer that believes `resume_from` bytes of
-    /// it are committed: takes over the live recording (fencing the producer attached to it),
-    /// or makes an `interrupted` or `failed` one live again. With no recording, and
-    /// `resume_from` 0, starts a new one kept `retention_ms` once finished.
-    ///
-    /// Fails with `ResumePastEnd` when `resume_from` is past what is committed,
-    /// `AlreadyEnded` for a completed or cancelled recording, `TooManyLiveRecordings`, or a
-    /// storage error.
-    pub async fn resume(
-        &self,
-        id: &ConversationId,
-        resume_from: u64,
-        retention_ms: Option<u64>,
-    ) -> Result<TapeWriter> {
-        // A recording that ends, or goes live, between the look and the commit sends it round
-        // again; it settles at once unless producers keep racing each other.
-        for attempt in 0.. {
-            if attempt > 0 {
-                tokio::time::sleep(std::time::Duration::from_millis(attempt.min(20))).await;
-            }
-            if attempt == MAX_RESUME_ATTEMPTS {
-                break;
-            }
-            if let Some(tape) = self.live(id.key()) {
-                match self.store.attach(tape.clone(), resume_from).await {
-                    Ok(resumed) => {
-                        tracing::info!(conversation = %id, session = resumed.session, committed = resumed.bytes, "producer resumed");
-                        return Ok(TapeWriter::resumed(self.store.clone(), tape, resumed));
-                    }
-                    Err(Error::RecordingEnded | Error::Superseded) => {
-                        self.settled(&tape).await;
-                        continue;
-                    }
-                    Err(err) => return Err(err),
-                }
-            }
-            let registry = self.registry.clone();
-            let resuming = id.clone();
-            let admitted = self
-                .admit(id, retention_ms, move |admission| {
-                    if registry.lock().contains_key(&resuming.key()) {
-                        return Err(Error::RecordingEnded);
-                    }
-                    let (opening, reopen) = resumption(&resuming, admission, resume_from)?;
-                    let (tape, replaced) = registry.admit(resuming, opening)?;
-                    Ok((tape, replaced, reopen))
-                })
-                .await;
-            match admitted {
-                Ok((tape, reopened)) => {
-                    let session = tape.holder().session;
-                    let bytes = tape.progress().bytes;
-                    if reopened {
-                        tracing::info!(conversation = %id, session, committed = bytes, "producer resumed an ended recording");
-                    } else {
-                        tracing::info!(conversation = %id, generation = tape.generation(), "recording started");
-                    }
-                    let resumed = crate::store::Resumed {
-                        session,
-                        chunks: tape.progress().chunks,
-                        bytes,
-                    };
-                    return Ok(TapeWriter::resumed(self.store.clone(), tape, resumed));
-                }
-                // Someone else made it live meanwhile: take it over from them.
-                Err(Error::RecordingEnded) => continue,
-                Err(err) => return Err(err),
-            }
-        }
-        Err(Error::ResumeUnsettled { id: id.to_string() })
-    }
-
-    /// Waits until `tape`'s end is published (it has left the registry).
-    async fn settled(&self, tape: &Tape) {
-        let mut progress = tape.subscribe();
-        let _ = progress.wait_for(|p| !p.status.is_live()).await;
-    }
-
     /// Starts or reopens a recording through the commit pipeline; `decide` registers it (or
     /// refuses) on the pipeline's thread. Returns the tape and whether it was reopened.
-    async fn admit(
+    pub(super) async fn admit(
         &self,
         id: &ConversationId,
         retention_ms: Option<u64>,
@@ -373,11 +295,8 @@ impl Recordings {
     }
 }
 
-/// Looks a resume goes round before giving up on a recording whose state does not settle.
-const MAX_RESUME_ATTEMPTS: u64 = 50;
-
 /// The opening of a new recording, held by producer session 1.
-fn fresh(generation: u64, now_ms: u64) -> Opening {
+pub(super) fn fresh(generation: u64, now_ms: u64) -> Opening {
     Opening {
         generation,
         now_ms,
@@ -385,52 +304,5 @@ fn fresh(generation: u64, now_ms: u64) -> Opening {
         bytes: 0,
         attached: true,
         timed_chunks: true,
-    }
-}
-
-/// How a resume from `resume_from` opens the conversation's stored recording: reopened when
-/// it ended without its producer finishing it, new when there is none (or it was deleted).
-///
-/// Fails with `ResumePastEnd` or `AlreadyEnded`.
-fn resumption(
-    id: &ConversationId,
-    admission: Admission<'_>,
-    resume_from: u64,
-) -> Result<(Opening, bool)> {
-    let past_end = |committed| Error::ResumePastEnd {
-        id: id.to_string(),
-        offset: resume_from,
-        committed,
-    };
-    let previous: Option<&RecordingMeta> = admission.previous;
-    match previous {
-        Some(meta) if meta.status.is_resumable() => {
-            if resume_from > meta.byte_len {
-                return Err(past_end(meta.byte_len));
-            }
-            let opening = Opening {
-                generation: meta.generation,
-                now_ms: admission.now_ms,
-                chunks: meta.chunk_count,
-                bytes: meta.byte_len,
-                attached: true,
-                timed_chunks: meta.timed_chunks,
-            };
-            Ok((opening, true))
-        }
-        Some(meta) if matches!(meta.status, Status::Completed | Status::Cancelled) => {
-            Err(Error::AlreadyEnded {
-                id: id.to_string(),
-                status: meta.status,
-                bytes: meta.byte_len,
-            })
-        }
-        // Live in the file but not in the registry: its end is being recorded; look again.
-        Some(meta) if meta.status.is_live() => Err(Error::RecordingEnded),
-        _ if resume_from > 0 => Err(past_end(0)),
-        _ => {
-            let generation = previous.map_or(1, |p| p.generation + 1);
-            Ok((fresh(generation, admission.now_ms), false))
-        }
     }
 }
