@@ -1,9 +1,9 @@
 //! The live recordings: at most one per conversation, at most `max_live` in all. A start
 //! registers its recording and supersedes (or, under the reject policy, refuses to replace)
-//! the conversation's live one on the commit pipeline's thread, in queue order, before anything
-//! is deleted (a resume, in `resume.rs`, takes over the live recording or reopens an ended one). A
-//! recording leaves the registry when its end is published. Detached recordings end after the
-//! grace period unless a producer resumes them.
+//! the conversation's live one on the commit pipeline's thread, in queue order, before
+//! anything is deleted; a resume (`resume.rs`) takes over the live recording or reopens an
+//! ended one. A recording leaves the registry when its end is published. Detached recordings
+//! end after the grace period unless a producer resumes them.
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
