@@ -1,8 +1,12 @@
 //! Crash torture of the real binary: producers on both APIs and live readers run against it,
 //! it is SIGKILLed at a random moment, restarted on the same data dir, and every recording is
 //! checked: each acknowledged byte (and each byte a reader saw) is replayed, the replay is a
-//! prefix of what was sent, recordings that were live come back `interrupted` and are not
-//! live, an accepted cancel stays `cancelled`, and every replay ends promptly.
+//! prefix of what was sent, an accepted cancel stays `cancelled`, and every replay ends
+//! promptly. Recordings live at the kill come back detached: most of their producers resume
+//! them after the restart, from what they know is committed (their last ack, what a reader
+//! saw, or nothing), resending everything after it and finishing; those must replay exactly
+//! what was meant, no byte lost and none twice. The others end `interrupted` once the grace
+//! period ([`GRACE`]) runs out.
 //!
 //! The server keeps finished recordings for [`RETENTION`], so its sweeper collects old ones
 //! between and across crashes; a recording may be missing only once that can have happened.
@@ -37,15 +41,19 @@ const OLDER_SAMPLE: usize = 8;
 const RETENTION: Duration = Duration::from_secs(40);
 /// A recording is certainly still there this long after its cycle began.
 const SURELY_KEPT: Duration = RETENTION.saturating_sub(Duration::from_secs(5));
-/// The server's flags: [`RETENTION`], a sweep every second, and no grace period (recordings
-/// left live by a kill end as `interrupted` at start-up).
+/// How long a recording left live by a kill waits for its producer after the restart: the
+/// resumes come well within it, and the replays of the others end soon after.
+const GRACE: Duration = Duration::from_secs(2);
+/// The share of recordings live at a kill whose producers resume them, in percent.
+const RESUME_PERCENT: u64 = 70;
+/// The server's flags: [`RETENTION`], a sweep every second, and [`GRACE`].
 const SERVER_ARGS: &[&str] = &[
     "--retention",
     "40s",
     "--gc-interval",
     "1s",
     "--producer-grace",
-    "0s",
+    "2s",
 ];
 
 /// xorshift64*: small, seedable, good enough to pick kill moments and token sizes.
@@ -85,6 +93,10 @@ struct Tracked {
     born: Instant,
     /// Everything handed to the request stream, in order.
     sent: String,
+    /// The same, token by token: a resume resends the tokens after its offset as they were.
+    tokens: Vec<String>,
+    /// Its producer resumed it after a restart and completed it.
+    resumed: bool,
     /// Bytes the server acknowledged as committed.
     acked: u64,
     /// The longest text a live replay of it received before the kill.
@@ -103,12 +115,41 @@ impl Tracked {
             api,
             born,
             sent: String::new(),
+            tokens: Vec::new(),
+            resumed: false,
             acked: 0,
             seen: String::new(),
             complete_sent: false,
             completed: false,
             cancelled: false,
         }
+    }
+}
+
+impl Tracked {
+    fn push(&mut self, token: &str) {
+        self.sent.push_str(token);
+        self.tokens.push(token.to_string());
+    }
+
+    /// What a producer resuming from `offset` resends: the rest of the token the offset falls
+    /// in, then every later token, as first sent.
+    fn resend_from(&self, offset: usize) -> Vec<String> {
+        let mut pieces = Vec::new();
+        let mut start = 0;
+        for token in &self.tokens {
+            let end = start + token.len();
+            if end > offset {
+                pieces.push(token[offset.max(start) - start..].to_string());
+            }
+            start = end;
+        }
+        pieces
+    }
+
+    /// Whether it may still be live, for all the test knows.
+    fn maybe_live(&self) -> bool {
+        !self.completed && !self.cancelled
     }
 }
 
@@ -190,7 +231,7 @@ async fn current_producer(
         let tokens = 1 + rng.below(60);
         for n in 0..tokens {
             let text = token_text(&mut rng, n);
-            update(&ledger, index, |t| t.sent.push_str(&text));
+            update(&ledger, index, |t| t.push(&text));
             let message = RecordRequest {
                 content: text,
                 ..Default::default()
@@ -253,7 +294,7 @@ async fn legacy_producer(
                 for request in requests {
                     let complete = request.complete;
                     let text = request.token.clone();
-                    update(&ledger, index, |t| t.sent.push_str(&text));
+                    update(&ledger, index, |t| t.push(&text));
                     if tx.send(request).await.is_err() {
                         return;
                     }
@@ -352,6 +393,12 @@ struct Totals {
     completed: u64,
     cancelled: u64,
     rechecks: u64,
+    /// Recordings live at a kill that their producers resumed and completed after the restart.
+    resumed: u64,
+    /// Resumes refused because the recording had ended meanwhile (its answer lost in the kill).
+    resumes_refused: u64,
+    /// Bytes a resumed recording replayed beyond what its producer meant (resent twice).
+    duplicated_bytes: u64,
 }
 
 /// Replays one recording after a restart and checks it against what the test knows.
@@ -407,6 +454,9 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
     }
     totals.replayed_bytes += text.len() as u64;
     totals.lost_bytes += tracked.acked.saturating_sub(text.len() as u64);
+    if tracked.resumed {
+        totals.duplicated_bytes += (text.len() as u64).saturating_sub(tracked.sent.len() as u64);
+    }
     assert!(
         text.len() as u64 >= tracked.acked,
         "{id}: acked {} bytes, replayed {}",
@@ -425,7 +475,14 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
         tracked.sent.len()
     );
     let status = status.unwrap_or_default();
-    if tracked.cancelled {
+    if tracked.resumed {
+        assert_eq!(status, "completed", "{id}: resumed");
+        assert_eq!(
+            text, tracked.sent,
+            "{id}: resumed, but not exactly what was meant"
+        );
+        totals.completed += 1;
+    } else if tracked.cancelled {
         assert_eq!(status, "cancelled", "{id}: {tracked:?}");
         totals.cancelled += 1;
     } else if tracked.completed {
@@ -457,6 +514,149 @@ async fn assert_none_live(client: &RecorderClient, ledger: &[Tracked]) {
             .into_inner()
             .conversation_ids;
         assert!(live.is_empty(), "still live after restart: {live:?}");
+    }
+}
+
+/// How a resume after a restart went.
+enum Resumed {
+    /// Completed: the recording now holds everything sent, `extra` included.
+    Completed { extra: Vec<String> },
+    /// Refused: the recording had ended before the kill, its answer lost.
+    AlreadyEnded,
+}
+
+/// Resumes `tracked` from `offset` (at most what is committed) on its own API, resending the
+/// tokens after `offset` and a few more, then completing it.
+async fn resume(server: &BinaryServer, tracked: &Tracked, offset: u64, rng: &mut Rng) -> Resumed {
+    let mut pieces = tracked.resend_from(offset as usize);
+    let extra: Vec<String> = (0..1 + rng.below(4))
+        .map(|n| token_text(rng, 1000 + n))
+        .collect();
+    pieces.extend(extra.iter().cloned());
+    let refused = |status: &tonic::Status| {
+        assert_eq!(status.code(), Code::FailedPrecondition, "{status:?}");
+        assert!(status.message().contains("already ended"), "{status:?}");
+        Resumed::AlreadyEnded
+    };
+    match tracked.api {
+        Api::Current => {
+            let (tx, rx) = mpsc::channel(pieces.len() + 2);
+            tx.try_send(RecordRequest {
+                conversation_id: tracked.id.clone(),
+                resume_from_offset: Some(offset as i64),
+                ..Default::default()
+            })
+            .unwrap();
+            for piece in pieces {
+                let content = RecordRequest {
+                    content: piece,
+                    ..Default::default()
+                };
+                tx.try_send(content).unwrap();
+            }
+            let complete = RecordRequest {
+                complete: true,
+                ..Default::default()
+            };
+            tx.try_send(complete).unwrap();
+            drop(tx);
+            let answer = server
+                .recorder()
+                .await
+                .record(ReceiverStream::new(rx))
+                .await;
+            match answer {
+                Ok(answer) => {
+                    let answer = answer.into_inner();
+                    assert_eq!(answer.status, RecordStatus::Success as i32, "{answer:?}");
+                    Resumed::Completed { extra }
+                }
+                Err(status) => refused(&status),
+            }
+        }
+        Api::Legacy => {
+            let count = pieces.len();
+            let (tx, rx) = mpsc::channel(count);
+            for (i, piece) in pieces.into_iter().enumerate() {
+                let first = i == 0;
+                tx.try_send(StreamResponseTokenRequest {
+                    conversation_id: if first {
+                        tracked.id.clone()
+                    } else {
+                        Vec::new()
+                    },
+                    token: piece,
+                    complete: i + 1 == count,
+                    resume_from_offset: first.then_some(offset as i64),
+                    ..Default::default()
+                })
+                .unwrap();
+            }
+            let mut acks = server
+                .resumer()
+                .await
+                .stream_response_tokens(ReceiverStream::new(rx))
+                .await
+                .unwrap()
+                .into_inner();
+            let mut last = offset as i64;
+            for _ in 0..count {
+                match acks.message().await {
+                    Ok(Some(ack)) => {
+                        assert!(ack.success, "{ack:?}");
+                        assert!(ack.current_offset >= last, "acks go backwards: {ack:?}");
+                        last = ack.current_offset;
+                    }
+                    Ok(None) => panic!("the resumed stream closed early"),
+                    Err(status) => return refused(&status),
+                }
+            }
+            assert!(matches!(acks.message().await, Ok(None)));
+            drop(tx);
+            Resumed::Completed { extra }
+        }
+    }
+}
+
+/// Right after a restart: the producers of [`RESUME_PERCENT`] of the recordings that may have
+/// been live at the kill resume them, all at once, from what they know is committed.
+async fn resume_some(
+    server: &BinaryServer,
+    ledger: &mut [Tracked],
+    rng: &mut Rng,
+    totals: &mut Totals,
+) {
+    let mut resumes = Vec::new();
+    for (index, tracked) in ledger.iter().enumerate() {
+        if !tracked.maybe_live() || !rng.chance(RESUME_PERCENT) {
+            continue;
+        }
+        // What the producer knows is committed: its last ack, what a reader saw, or nothing.
+        let offset = match rng.below(3) {
+            0 => tracked.acked,
+            1 => tracked.seen.len() as u64,
+            _ => 0,
+        };
+        let mut rng = Rng(rng.next() | 1);
+        resumes.push(async move { (index, resume(server, tracked, offset, &mut rng).await) });
+    }
+    let outcomes = tokio::time::timeout(GRACE * 10, futures::future::join_all(resumes))
+        .await
+        .expect("resumes did not finish in time");
+    for (index, outcome) in outcomes {
+        let tracked = &mut ledger[index];
+        match outcome {
+            Resumed::Completed { extra } => {
+                for token in &extra {
+                    tracked.push(token);
+                }
+                tracked.resumed = true;
+                tracked.completed = true;
+                tracked.acked = tracked.sent.len() as u64;
+                totals.resumed += 1;
+            }
+            Resumed::AlreadyEnded => totals.resumes_refused += 1,
+        }
     }
 }
 
@@ -584,8 +784,9 @@ async fn acknowledged_bytes_survive_random_sigkills() {
     let mut history: Vec<Tracked> = Vec::new();
     let mut server = BinaryServer::spawn(dir.path(), SERVER_ARGS);
     for cycle in 0..cycles {
-        let ledger = run_cycle(server, cycle, &mut rng).await;
+        let mut ledger = run_cycle(server, cycle, &mut rng).await;
         server = BinaryServer::spawn(dir.path(), SERVER_ARGS);
+        resume_some(&server, &mut ledger, &mut rng, &mut totals).await;
         let client = server.recorder().await;
         for tracked in &ledger {
             totals.recordings += 1;
@@ -624,8 +825,9 @@ async fn acknowledged_bytes_survive_random_sigkills() {
     println!(
         "crash torture done in {:.1?}: {cycles} SIGKILL cycles, {} recordings ({} current API, \
          {} legacy), {} acknowledged bytes checked, {} bytes seen by live readers checked, {} \
-         bytes replayed, {} bytes lost, {} replays hung; after restart {} completed, {} \
-         interrupted, {} cancelled, {} never started; {} older recordings re-checked ({} \
+         bytes replayed, {} bytes lost, {} replays hung; resumed after a restart: {} (with {} \
+         bytes duplicated; {} resumes refused as already ended); after restart {} completed, \
+         {} interrupted, {} cancelled, {} never started; {} older recordings re-checked ({} \
          collected by then); final pass over all: {} lost, {} hung, {} collected",
         started.elapsed(),
         totals.recordings,
@@ -636,6 +838,9 @@ async fn acknowledged_bytes_survive_random_sigkills() {
         totals.replayed_bytes,
         totals.lost_bytes,
         totals.hung_replays,
+        totals.resumed,
+        totals.duplicated_bytes,
+        totals.resumes_refused,
         totals.completed,
         totals.interrupted,
         totals.cancelled,
@@ -647,6 +852,7 @@ async fn acknowledged_bytes_survive_random_sigkills() {
         last.collected,
     );
     assert_eq!(totals.lost_bytes + last.lost_bytes, 0);
+    assert_eq!(totals.duplicated_bytes, 0);
     assert_eq!(totals.hung_replays + last.hung_replays, 0);
     assert!(
         totals.acked_bytes > 0,
