@@ -1,8 +1,13 @@
 //! Model-based test of the recorder core (`Recorder` over a `Store` on a real redb file, with
 //! a manual clock): random sequences of start / append / complete / cancel / interrupt /
-//! vanish / supersede / subscribe / sweep / crash-and-reopen, and after every step each
-//! conversation's replay (from several offsets), every live subscriber, and the live check are
+//! vanish / supersede / resume / delete / subscribe / sweep / crash-and-reopen, and after every
+//! step each conversation's replay (from several offsets, or why there is none: unknown,
+//! expired, deleted), what `get` says of it, every live subscriber, and the live check are
 //! compared with a plain in-memory model of what they must return.
+//!
+//! Each case runs with no producer grace period (a producer that goes away interrupts its
+//! recording at once) or a long one (the recording stays live, detached, for a resume), and
+//! with the supersede or the reject conflict policy.
 //!
 //! `cargo test` runs [`DEFAULT_CASES`] cases; `PROPTEST_CASES=2000` runs more.
 use std::sync::Arc;
@@ -11,28 +16,52 @@ use std::time::Duration;
 use proptest::prelude::*;
 use tapedeck::Error;
 use tapedeck::clock::{Clock, ManualClock};
+use tapedeck::error::Absence;
 use tapedeck::id::ConversationId;
 use tapedeck::recorder::{
-    Limits, LivePolicy, OnConflict, Producer, Recorder, Replay, StartOptions, Status, sweeper,
+    Found, Limits, LivePolicy, OnConflict, Producer, Recorder, Replay, StartOptions, Status,
+    Stopped, sweeper,
 };
-use tapedeck::store::{Store, StoreOptions};
+use tapedeck::store::{Gone, Store, StoreOptions};
 
 /// Cases run by `cargo test`.
 const DEFAULT_CASES: u32 = 64;
 /// Conversations the operations pick from: few, so that they collide.
 const CONVERSATIONS: usize = 3;
 const RETENTION_MS: u64 = 1_000;
+const TOMBSTONE_MS: u64 = 1_500;
+/// A grace period no case outlives: a detached recording stays live until resumed.
+const LONG_GRACE: Duration = Duration::from_secs(3600);
 const IDLE_MS: u64 = 2_500;
 const LIMITS: Limits = Limits {
     max_chunk_bytes: 24,
     max_recording_bytes: 120,
     max_retention: Duration::from_secs(3600),
 };
-const POLICY: LivePolicy = LivePolicy {
-    max_live: 100,
-    grace: Duration::ZERO,
-    on_conflict: OnConflict::Supersede,
-};
+/// How a case's server treats producers that go away and new recordings of live ones.
+#[derive(Debug, Clone, Copy)]
+struct Setup {
+    long_grace: bool,
+    reject: bool,
+}
+
+impl Setup {
+    fn policy(self) -> LivePolicy {
+        LivePolicy {
+            max_live: 100,
+            grace: if self.long_grace {
+                LONG_GRACE
+            } else {
+                Duration::ZERO
+            },
+            on_conflict: if self.reject {
+                OnConflict::Reject
+            } else {
+                OnConflict::Supersede
+            },
+        }
+    }
+}
 /// How long any single wait may take before the case fails.
 const WAIT: Duration = Duration::from_secs(5);
 
@@ -75,6 +104,16 @@ enum Op {
     Vanish {
         conv: usize,
     },
+    /// Resumes the conversation's recording from `back` characters before its end (past the
+    /// end when `back` is 255), resending what lies after that offset.
+    Resume {
+        conv: usize,
+        back: u8,
+    },
+    /// Deletes the conversation's recording.
+    Delete {
+        conv: usize,
+    },
     /// Opens a replay that follows the recording live from `offset_pick`'s boundary.
     Subscribe {
         conv: usize,
@@ -111,6 +150,9 @@ fn op() -> impl Strategy<Value = Op> {
         2 => conv.clone().prop_map(|conv| Op::Cancel { conv }),
         1 => conv.clone().prop_map(|conv| Op::Interrupt { conv }),
         1 => conv.clone().prop_map(|conv| Op::Vanish { conv }),
+        3 => (conv.clone(), prop_oneof![4 => 0u8..4, 1 => Just(255u8)])
+            .prop_map(|(conv, back)| Op::Resume { conv, back }),
+        1 => conv.clone().prop_map(|conv| Op::Delete { conv }),
         2 => (conv, any::<u8>()).prop_map(|(conv, offset_pick)| Op::Subscribe { conv, offset_pick }),
         2 => (0u64..1_800).prop_map(|ms| Op::Sweep { ms }),
         1 => any::<bool>().prop_map(|drop_only| Op::Crash { drop_only }),
@@ -128,6 +170,8 @@ struct ModelRecording {
     status: Status,
     last_activity_ms: u64,
     finished_ms: Option<u64>,
+    /// A producer is attached (meaningful while live).
+    attached: bool,
 }
 
 #[derive(Debug, Default)]
@@ -135,6 +179,11 @@ struct Model {
     now_ms: u64,
     serials: u64,
     recordings: [Option<ModelRecording>; CONVERSATIONS],
+    /// What is left of a collected or deleted recording, and when it is forgotten.
+    tombstones: [Option<(Gone, u64)>; CONVERSATIONS],
+    /// How live recordings that went away without ending ended for their subscribers
+    /// (superseded or deleted), by serial.
+    vanished: std::collections::HashMap<u64, Status>,
 }
 
 impl Model {
@@ -156,6 +205,9 @@ impl Model {
     }
 
     fn start(&mut self, conv: usize) -> u64 {
+        if let Some(old) = self.live(conv) {
+            self.vanished.insert(old.serial, Status::Superseded);
+        }
         self.serials += 1;
         self.recordings[conv] = Some(ModelRecording {
             serial: self.serials,
@@ -163,8 +215,21 @@ impl Model {
             status: Status::Recording,
             last_activity_ms: self.now_ms,
             finished_ms: None,
+            attached: true,
         });
+        self.tombstones[conv] = None;
         self.serials
+    }
+
+    fn delete(&mut self, conv: usize) -> bool {
+        let Some(old) = self.recordings[conv].take() else {
+            return false;
+        };
+        if old.status == Status::Recording {
+            self.vanished.insert(old.serial, Status::Deleted);
+        }
+        self.tombstones[conv] = Some((Gone::Deleted, self.now_ms + TOMBSTONE_MS));
+        true
     }
 
     fn sweep(&mut self) {
@@ -177,13 +242,19 @@ impl Model {
                 self.finish(conv, Status::Interrupted);
             }
         }
-        for recording in &mut self.recordings {
-            if recording
+        for conv in 0..CONVERSATIONS {
+            if self.recordings[conv]
                 .as_ref()
                 .and_then(|r| r.finished_ms)
                 .is_some_and(|finished| finished + RETENTION_MS <= now)
             {
-                *recording = None;
+                self.recordings[conv] = None;
+                self.tombstones[conv] = Some((Gone::Expired, now + TOMBSTONE_MS));
+            }
+        }
+        for tombstone in &mut self.tombstones {
+            if tombstone.is_some_and(|(_, forgotten)| forgotten <= now) {
+                *tombstone = None;
             }
         }
     }
@@ -204,6 +275,7 @@ struct Subscriber {
 
 struct Real {
     path: std::path::PathBuf,
+    setup: Setup,
     clock: ManualClock,
     store: Store,
     recorder: Recorder,
@@ -224,23 +296,24 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
         path,
         StoreOptions {
             retention: Duration::from_millis(RETENTION_MS),
-            tombstone_retention: Duration::from_secs(3600),
+            tombstone_retention: Duration::from_millis(TOMBSTONE_MS),
             clock: Arc::new(clock.clone()),
         },
     )
 }
 
 impl Real {
-    fn open(path: std::path::PathBuf, clock: ManualClock) -> Real {
+    fn open(path: std::path::PathBuf, setup: Setup, clock: ManualClock) -> Real {
         let store = open_store(&path, &clock).unwrap();
-        Real::on(path, clock, store)
+        Real::on(path, setup, clock, store)
     }
 
     /// A fresh recorder over `store`, opened on `path`; no producers or subscribers yet.
-    fn on(path: std::path::PathBuf, clock: ManualClock, store: Store) -> Real {
-        let recorder = Recorder::new(store.clone(), LIMITS, POLICY);
+    fn on(path: std::path::PathBuf, setup: Setup, clock: ManualClock, store: Store) -> Real {
+        let recorder = Recorder::new(store.clone(), LIMITS, setup.policy());
         Real {
             path,
+            setup,
             clock,
             store,
             recorder,
@@ -254,6 +327,7 @@ impl Real {
     async fn crash(self, stop_writer: bool) -> Real {
         let Real {
             path,
+            setup,
             clock,
             store,
             recorder,
@@ -277,7 +351,18 @@ impl Real {
         })
         .await
         .expect("the file was not released");
-        Real::on(path, clock, store)
+        Real::on(path, setup, clock, store)
+    }
+
+    /// Waits until no recording is live (those adopted after a reopen with no grace period
+    /// are interrupted in the background).
+    async fn settle(&self) {
+        within("adopted recordings to end", async {
+            while !self.recorder.recordings().live_tapes().is_empty() {
+                tokio::time::sleep(Duration::from_millis(1)).await;
+            }
+        })
+        .await;
     }
 }
 
@@ -306,17 +391,24 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             } else {
                 name(conv).into_bytes()
             };
-            let producer = within(
+            let started = within(
                 "start",
                 real.recorder.start(
                     ConversationId::parse(&wire).unwrap(),
                     StartOptions::default(),
                 ),
             )
-            .await
-            .unwrap();
+            .await;
+            if real.setup.reject && model.live(conv).is_some() {
+                assert!(
+                    matches!(started, Err(Error::AlreadyRecording { .. })),
+                    "reject policy: {:?}",
+                    started.err()
+                );
+                return;
+            }
             // A producer still attached to a recording it no longer owns just goes away.
-            real.producers[conv] = Some(producer);
+            real.producers[conv] = Some(started.unwrap());
             model.start(conv);
         }
         Op::Append {
@@ -395,13 +487,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             let owns = model.live(conv).is_some();
             let mut progress = producer.subscribe();
             producer.detach("stream failed".into());
-            // With no grace period the end is committed at once, in the background.
-            within("interrupt", progress.wait_for(|p| !p.status.is_live()))
-                .await
-                .unwrap();
-            if owns {
-                model.finish(conv, Status::Interrupted);
-            }
+            gone_away(real, model, conv, owns, &mut progress).await;
         }
         Op::Vanish { conv } => {
             let Some(producer) = real.producers[conv].take() else {
@@ -410,13 +496,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             let owns = model.live(conv).is_some();
             let mut progress = producer.subscribe();
             drop(producer);
-            // The end is committed in the background; it is visible once published.
-            within("vanish", progress.wait_for(|p| !p.status.is_live()))
-                .await
-                .unwrap();
-            if owns {
-                model.finish(conv, Status::Interrupted);
-            }
+            gone_away(real, model, conv, owns, &mut progress).await;
         }
         Op::Subscribe { conv, offset_pick } => {
             let Some(recording) = model.recordings[conv].clone() else {
@@ -445,7 +525,120 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             .unwrap();
             model.sweep();
         }
+        Op::Resume { conv, back } => resume(real, model, conv, back).await,
+        Op::Delete { conv } => {
+            let existed = within("delete", real.recorder.delete(&id(conv)))
+                .await
+                .unwrap();
+            assert_eq!(existed, model.delete(conv), "delete: existed");
+        }
         Op::Crash { .. } => unreachable!("handled by the caller"),
+    }
+}
+
+/// After the producer of `conv` let go: with no grace period its recording (if it owned the
+/// live one) ends `interrupted` at once, in the background; with a long one it stays live,
+/// detached.
+async fn gone_away(
+    real: &Real,
+    model: &mut Model,
+    conv: usize,
+    owns: bool,
+    progress: &mut tokio::sync::watch::Receiver<tapedeck::recorder::Progress>,
+) {
+    if !real.setup.long_grace {
+        within("interrupt", progress.wait_for(|p| !p.status.is_live()))
+            .await
+            .unwrap();
+        if owns {
+            model.finish(conv, Status::Interrupted);
+        }
+    } else if owns {
+        model.recordings[conv].as_mut().unwrap().attached = false;
+    }
+}
+
+/// Resumes `conv`'s recording `back` characters before its end (255: one byte past it),
+/// resends what lies after the offset (all of it already committed, so all skipped), and
+/// checks that the producer it took over from, if any, is fenced.
+async fn resume(real: &mut Real, model: &mut Model, conv: usize, back: u8) {
+    let (text, status) = match &model.recordings[conv] {
+        Some(r) => (r.text.clone(), Some(r.status)),
+        None => (String::new(), None),
+    };
+    let boundaries: Vec<usize> = (0..=text.len())
+        .filter(|&i| text.is_char_boundary(i))
+        .collect();
+    let offset = if back == 255 {
+        text.len() + 1
+    } else {
+        boundaries[boundaries.len().saturating_sub(1 + back as usize)]
+    };
+    let options = StartOptions {
+        resume_from: Some(offset as u64),
+        retention: None,
+    };
+    let resumed = within("resume", real.recorder.start(id(conv), options)).await;
+    let mut producer = match (status, back == 255) {
+        // A recording that has ended for good says so, whatever the offset.
+        (Some(Status::Completed | Status::Cancelled), _) => {
+            assert!(
+                matches!(resumed, Err(Error::AlreadyEnded { .. })),
+                "resume of an ended recording: {:?}",
+                resumed.err()
+            );
+            return;
+        }
+        (_, true) => {
+            assert!(
+                matches!(&resumed, Err(Error::ResumePastEnd { committed, .. }) if *committed as usize == text.len()),
+                "resume past the end: {:?}",
+                resumed.err()
+            );
+            return;
+        }
+        _ => resumed.unwrap_or_else(|e| panic!("resume from {offset}: {e}")),
+    };
+    match model.recordings[conv].as_mut() {
+        // Nothing recorded (or only a tombstone): a resume from 0 is a start.
+        None => {
+            model.start(conv);
+        }
+        Some(recording) => {
+            if recording.status != Status::Recording {
+                // Reopened: live again, its idle clock restarted.
+                recording.last_activity_ms = model.now_ms;
+            }
+            recording.status = Status::Recording;
+            recording.finished_ms = None;
+            recording.attached = true;
+        }
+    }
+    // Everything resent is already committed: skipped, nothing appended.
+    let resent = &text[offset..];
+    if !resent.is_empty() {
+        let cut = resent.floor_char_boundary(resent.len() / 2);
+        for piece in [&resent[..cut], &resent[cut..]] {
+            let accepted = within("resend", producer.accept(b"", piece)).await;
+            assert!(matches!(accepted, Ok(None)), "a resent piece was stored");
+        }
+    }
+    assert_eq!(producer.appended_bytes() as usize, text.len());
+    if let Some(mut old) = real.producers[conv].replace(producer) {
+        if status == Some(Status::Recording) {
+            // The producer it took over from is told, and stores nothing more.
+            let stopped = within("fenced", old.stopped()).await;
+            assert_eq!(stopped, Stopped::Fenced);
+            let late = within("fenced append", old.accept(b"", "late")).await;
+            if let Ok(Some(committed)) = late {
+                let outcome = within("fenced commit", committed).await.unwrap();
+                assert!(matches!(outcome, Err(Error::Fenced)), "{outcome:?}");
+            }
+            assert!(matches!(
+                within("fenced complete", old.complete()).await,
+                Err(Error::Fenced)
+            ));
+        }
     }
 }
 
@@ -468,14 +661,48 @@ async fn check(real: &mut Real, model: &Model, step: usize) {
 
 async fn check_replays(real: &Real, model: &Model, conv: usize, step: usize) {
     let what = format!("step {step}: replay of conversation {conv}");
+    let found = within(&what, real.recorder.get(&id(conv))).await.unwrap();
     let Some(recording) = &model.recordings[conv] else {
         let err = real.recorder.replay(&id(conv), 0).await.err();
-        assert!(
-            matches!(err, Some(Error::RecordingNotFound { .. })),
-            "{what}: expected NOT_FOUND, got {err:?}"
-        );
+        let why = match err {
+            Some(Error::RecordingNotFound { why, .. }) => why,
+            err => panic!("{what}: expected NOT_FOUND, got {err:?}"),
+        };
+        match model.tombstones[conv] {
+            None => {
+                assert_eq!(why, Absence::Unknown, "{what}");
+                assert_eq!(found, Found::Unknown, "{what}");
+            }
+            Some((gone, _)) => {
+                let expected = matches!(
+                    (gone, why),
+                    (Gone::Expired, Absence::Expired { .. })
+                        | (Gone::Deleted, Absence::Deleted { .. })
+                );
+                assert!(expected, "{what}: {gone:?} but {why:?}");
+                assert!(
+                    matches!(&found, Found::Gone(t) if t.gone == gone),
+                    "{what}: {found:?}"
+                );
+            }
+        }
         return;
     };
+    let Found::Recording(info) = &found else {
+        panic!("{what}: get says {found:?}");
+    };
+    assert_eq!(info.meta.status, recording.status, "{what}: get status");
+    assert_eq!(
+        info.meta.byte_len as usize,
+        recording.text.len(),
+        "{what}: get length"
+    );
+    if recording.status == Status::Recording {
+        assert_eq!(
+            info.producer_attached, recording.attached,
+            "{what}: attached"
+        );
+    }
     let text = &recording.text;
     let mut offsets = vec![0, text.len()];
     offsets.extend(
@@ -557,7 +784,8 @@ async fn check_subscribers(real: &mut Real, model: &Model, step: usize) {
                 // happens after this subscriber saw the end): it ends without more text.
                 let end = within(&what, sub.replay.next()).await;
                 assert!(matches!(end, Ok(None)), "{what}: {end:?}");
-                assert_eq!(sub.replay.ending(), Some(Status::Superseded), "{what}");
+                let how = model.vanished.get(&sub.serial).copied();
+                assert_eq!(sub.replay.ending(), how, "{what}");
             }
         }
     }
@@ -585,20 +813,33 @@ async fn read_exactly_from(
     }
 }
 
-async fn run(ops: Vec<Op>) {
+async fn run(setup: Setup, ops: Vec<Op>) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(1_700_000_000_000);
     let mut model = Model {
         now_ms: clock.now_ms(),
         ..Model::default()
     };
-    let mut real = Real::open(dir.path().join("model.redb"), clock);
+    let mut real = Real::open(dir.path().join("model.redb"), setup, clock);
     for (step, op) in ops.iter().enumerate() {
         if let Op::Crash { drop_only } = op {
             real = real.crash(!drop_only).await;
-            // Every recording that was live is interrupted, as of the reopen.
+            // Every recording that was live comes back detached, its idle clock restarted;
+            // with no grace period it is interrupted at once.
+            let now = model.now_ms;
             for conv in 0..CONVERSATIONS {
-                model.finish(conv, Status::Interrupted);
+                if !setup.long_grace {
+                    model.finish(conv, Status::Interrupted);
+                } else if let Some(live) = model.recordings[conv]
+                    .as_mut()
+                    .filter(|r| r.status == Status::Recording)
+                {
+                    live.attached = false;
+                    live.last_activity_ms = now;
+                }
+            }
+            if !setup.long_grace {
+                real.settle().await;
             }
         } else {
             apply(&mut real, &mut model, op).await;
@@ -625,12 +866,16 @@ proptest! {
     })]
 
     #[test]
-    fn the_recorder_behaves_like_its_model(ops in prop::collection::vec(op(), 1..50)) {
+    fn the_recorder_behaves_like_its_model(
+        long_grace in any::<bool>(),
+        reject in any::<bool>(),
+        ops in prop::collection::vec(op(), 1..50),
+    ) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(2)
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(run(ops));
+        runtime.block_on(run(Setup { long_grace, reject }, ops));
     }
 }

@@ -162,6 +162,14 @@ impl Registry {
     }
 }
 
+impl Drop for Registry {
+    /// Grace periods end with the recorder: their tasks hold the store, which must be free to
+    /// close.
+    fn drop(&mut self) {
+        self.stopping.cancel();
+    }
+}
+
 /// The live recordings over the store: starting one (with the live limit and supersede),
 /// ending one, and finding them. Cheap to clone.
 #[derive(Clone, Debug)]

@@ -358,7 +358,10 @@ impl Writer {
                     EndIf::Detached(session) => live.detached_as(session),
                 };
                 if !allowed || !live.close() {
-                    let _ = done.send(Ok(false));
+                    // Answered after this batch is published, like the end that came first:
+                    // the caller then reads the recording's real end, not a state this
+                    // batch is about to change.
+                    effects.push(Effect::Answered(done, false));
                     return Ok(());
                 }
                 let key = live.key();

@@ -220,3 +220,50 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
     assert!(handle.live(bystander.tape().key()).is_none());
     assert_eq!(stored_chunks(&handle, bystander.tape().key()), 0);
 }
+
+/// An end that loses to an earlier end in the same batch is answered only once the winner is
+/// published: a producer completing as a cancel lands must then read `cancelled`, not a
+/// recording that still looks live (which it would take for another producer's).
+#[tokio::test]
+async fn an_end_that_lost_is_answered_after_the_winner_is_published() {
+    let (_dir, clock, store) = fresh();
+    let handle = store.clone();
+    let writer = store.start(&id("raced")).await.unwrap();
+    let tape = writer.tape().clone();
+    store.close().await;
+    let pipeline = Writer::new(
+        handle.inner.db.clone(),
+        handle.inner.journal.clone(),
+        WriterSettings {
+            retention_ms: ms(RETENTION),
+            tombstone_ms: ms(RETENTION),
+            clock: Arc::new(clock.clone()),
+        },
+    );
+    let (ops, queue) = mpsc::channel(8);
+    let finish = |status, only| {
+        let (done, answer) = oneshot::channel();
+        ops.try_send(Op::Finish {
+            live: tape.clone(),
+            status,
+            message: None,
+            only,
+            done,
+        })
+        .unwrap();
+        answer
+    };
+    let cancel = finish(Status::Cancelled, crate::store::EndIf::Always);
+    let complete = finish(Status::Completed, crate::store::EndIf::Holds(1));
+    ops.try_send(Op::Close).unwrap();
+    let thread = std::thread::spawn(move || pipeline.run(queue));
+    assert!(!complete.await.unwrap().unwrap(), "the complete lost");
+    assert_eq!(
+        tape.progress().status,
+        Status::Cancelled,
+        "answered before publishing"
+    );
+    assert!(cancel.await.unwrap().unwrap());
+    thread.join().unwrap();
+    drop(writer);
+}
