@@ -624,21 +624,21 @@ async fn resume(real: &mut Real, model: &mut Model, conv: usize, back: u8) {
         }
     }
     assert_eq!(producer.appended_bytes() as usize, text.len());
-    if let Some(mut old) = real.producers[conv].replace(producer) {
-        if status == Some(Status::Recording) {
-            // The producer it took over from is told, and stores nothing more.
-            let stopped = within("fenced", old.stopped()).await;
-            assert_eq!(stopped, Stopped::Fenced);
-            let late = within("fenced append", old.accept(b"", "late")).await;
-            if let Ok(Some(committed)) = late {
-                let outcome = within("fenced commit", committed).await.unwrap();
-                assert!(matches!(outcome, Err(Error::Fenced)), "{outcome:?}");
-            }
-            assert!(matches!(
-                within("fenced complete", old.complete()).await,
-                Err(Error::Fenced)
-            ));
+    if let Some(mut old) = real.producers[conv].replace(producer)
+        && status == Some(Status::Recording)
+    {
+        // The producer it took over from is told, and stores nothing more.
+        let stopped = within("fenced", old.stopped()).await;
+        assert_eq!(stopped, Stopped::Fenced);
+        let late = within("fenced append", old.accept(b"", "late")).await;
+        if let Ok(Some(committed)) = late {
+            let outcome = within("fenced commit", committed).await.unwrap();
+            assert!(matches!(outcome, Err(Error::Fenced)), "{outcome:?}");
         }
+        assert!(matches!(
+            within("fenced complete", old.complete()).await,
+            Err(Error::Fenced)
+        ));
     }
 }
 
