@@ -247,11 +247,6 @@ impl Recorder {
         }
     }
 
-    /// Resolves once shutdown has begun.
-    pub async fn shutting_down(&self) {
-        self.stopping.cancelled().await;
-    }
-
     fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }

@@ -286,11 +286,6 @@ impl Recordings {
         self.registry.lock().get(&key).cloned()
     }
 
-    /// How long a detached recording waits for its producer.
-    pub fn grace(&self) -> Duration {
-        self.registry.policy.grace
-    }
-
     /// Every live recording.
     pub fn live_tapes(&self) -> Vec<Arc<Tape>> {
         self.registry.lock().values().cloned().collect()

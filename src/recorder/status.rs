@@ -46,17 +46,6 @@ impl Status {
     pub fn is_resumable(self) -> bool {
         matches!(self, Status::Interrupted | Status::Failed)
     }
-
-    /// Every status, for parsing names.
-    pub const ALL: [Status; 7] = [
-        Status::Recording,
-        Status::Completed,
-        Status::Cancelled,
-        Status::Interrupted,
-        Status::Failed,
-        Status::Superseded,
-        Status::Deleted,
-    ];
 }
 
 impl std::fmt::Display for Status {
