@@ -124,13 +124,11 @@ impl Producer {
                 self.skip -= content.len() as u64;
                 return Ok(None);
             }
-            Ok(skip) if skip > 0 => {
-                let rest = content.get(skip..).ok_or(Error::ResumeInsideCharacter {
-                    offset: writer.appended_bytes(),
-                })?;
-                self.skip = 0;
-                rest
-            }
+            // The skip is used up only once the rest is accepted (below): a refused message
+            // leaves it whole for the resend.
+            Ok(skip) if skip > 0 => content.get(skip..).ok_or(Error::ResumeInsideCharacter {
+                offset: writer.appended_bytes(),
+            })?,
             _ => content,
         };
         if content.is_empty() {
@@ -143,7 +141,9 @@ impl Producer {
                 max: self.limits.max_recording_bytes,
             });
         }
-        writer.append(content).await.map(Some)
+        let committed = writer.append(content).await?;
+        self.skip = 0;
+        Ok(Some(committed))
     }
 
     /// Waits until the session is stopped by another hand: the recording ends (cancel,
