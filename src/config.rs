@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::access::AccessConfig;
+pub use crate::locator::LocatorConfig;
 pub use crate::recorder::OnConflict;
 
 /// Settings of a tapedeck server. `Config::default()` is what `tapedeck serve` runs with.
@@ -40,6 +41,8 @@ pub struct Config {
     pub access: AccessConfig,
     /// Serve gRPC over TLS with these files. Default plaintext.
     pub tls: Option<TlsFiles>,
+    /// Run as one of several instances, located through Redis. Default off (one instance).
+    pub locator: Option<LocatorConfig>,
 }
 
 /// PEM files of the server's TLS identity, and optionally of the CA its clients' certificates
@@ -79,6 +82,7 @@ impl Default for Config {
             shutdown_timeout: Duration::from_secs(10),
             access: AccessConfig::default(),
             tls: None,
+            locator: None,
         }
     }
 }

@@ -76,6 +76,23 @@ pub enum Error {
         /// The id as the caller sent it.
         id: String,
     },
+    /// A resume (current API) of a recording another instance holds.
+    #[error("conversation {id}'s recording is held by the instance at {address}; resume it there")]
+    ResumeElsewhere {
+        /// The id as the caller sent it.
+        id: String,
+        /// The owner's advertised address, `host:port`.
+        address: String,
+    },
+    /// A legacy call about a recording another instance holds: the client follows the
+    /// `x-resumer-redirect-*` metadata.
+    #[error("conversation {id} is served by the instance at {address}")]
+    Redirect {
+        /// The id as the caller sent it.
+        id: String,
+        /// The owner's advertised address, `host:port`.
+        address: String,
+    },
     /// A resume from beyond what is committed.
     #[error(
         "resume_from_offset {offset} is past the committed length of conversation {id}'s \
@@ -184,6 +201,12 @@ pub enum Error {
     /// A JWT key that cannot be used.
     #[error("bad JWT key: {reason}")]
     BadJwtKey {
+        /// What is wrong.
+        reason: String,
+    },
+    /// The locator cannot be set up (a bad `--redis-url`, an unreadable instance id file).
+    #[error("cannot set up the Redis locator: {reason}")]
+    Locator {
         /// What is wrong.
         reason: String,
     },
@@ -397,7 +420,10 @@ impl Error {
             | Error::StoreFull => Code::ResourceExhausted,
             Error::RecordingNotFound { .. } => Code::NotFound,
             Error::AlreadyRecording { .. } => Code::AlreadyExists,
-            Error::ResumePastEnd { .. } | Error::AlreadyEnded { .. } => Code::FailedPrecondition,
+            Error::ResumePastEnd { .. }
+            | Error::AlreadyEnded { .. }
+            | Error::ResumeElsewhere { .. } => Code::FailedPrecondition,
+            Error::Redirect { .. } => Code::Unavailable,
             Error::ResumeInsideCharacter { .. }
             | Error::RetentionTooLong { .. }
             | Error::BadPageToken
@@ -428,6 +454,7 @@ impl Error {
             | Error::Serve(_)
             | Error::BadApiKey { .. }
             | Error::BadJwtKey { .. }
+            | Error::Locator { .. }
             | Error::Tls { .. } => Code::Internal,
         }
     }
@@ -443,6 +470,26 @@ impl Error {
             err => err.to_string(),
         }
     }
+}
+
+/// Metadata naming the instance to go to: `tapedeck-redirect` (`host:port`) and Memory
+/// Service's `x-resumer-redirect-host` / `x-resumer-redirect-port`, which its clients follow.
+fn redirect_metadata(address: &str) -> tonic::metadata::MetadataMap {
+    let mut metadata = tonic::metadata::MetadataMap::new();
+    let (host, port) = address.rsplit_once(':').unwrap_or((address, ""));
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    for (name, value) in [
+        (REDIRECT_METADATA, address),
+        ("x-resumer-redirect-host", host),
+        ("x-resumer-redirect-port", port),
+    ] {
+        // Advertised addresses are checked at start-up to be host:port text; a value that
+        // is not ASCII is left out rather than failing the answer.
+        if let Ok(value) = value.parse() {
+            metadata.insert(name, value);
+        }
+    }
+    metadata
 }
 
 /// Why a conversation has no recording.
@@ -477,6 +524,8 @@ impl Absence {
 
 /// Metadata key of the reason of a NOT_FOUND: `unknown`, `expired` or `deleted`.
 pub const REASON_METADATA: &str = "tapedeck-reason";
+/// Metadata of a redirect: the owner's address, `host:port`.
+pub const REDIRECT_METADATA: &str = "tapedeck-redirect";
 
 /// A time in ms since the epoch as RFC 3339, to the millisecond.
 pub(crate) fn rfc3339(ms: u64) -> String {
@@ -523,6 +572,10 @@ impl From<Error> for Status {
                 tonic::metadata::MetadataValue::from_static(why.reason()),
             );
             return Status::with_metadata(code, message, metadata);
+        }
+        if let Error::Redirect { address, .. } | Error::ResumeElsewhere { address, .. } = err.root()
+        {
+            return Status::with_metadata(code, message, redirect_metadata(address));
         }
         Status::new(code, message)
     }

@@ -32,6 +32,22 @@ pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("`{text}` resolves to no address"))
 }
 
+/// An address other instances redirect clients to: `host:port`, with a port of 1-65535.
+/// Not resolved: it names this instance as the others see it.
+pub(crate) fn parse_advertised(text: &str) -> Result<String, String> {
+    let wrong = || format!("`{text}` is not a host:port that other instances can redirect to");
+    let (host, port) = text.rsplit_once(':').ok_or_else(wrong)?;
+    let port_ok = port.parse::<u16>().is_ok_and(|port| port > 0);
+    let host_ok = !host.is_empty()
+        && !host.contains("://")
+        && !host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@');
+    if port_ok && host_ok {
+        Ok(text.to_string())
+    } else {
+        Err(wrong())
+    }
+}
+
 /// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime; at most
 /// what the store can count in u64 milliseconds.
 pub(crate) fn parse_duration(text: &str) -> Result<humantime::Duration, String> {

@@ -13,6 +13,8 @@
 //!   check, the sweeper's schedule, shutdown.
 //! - [`store`]: persistence only: the redb schema, the journal, the commit pipeline (ops and
 //!   batching, the transaction layer, publishing after a commit), recovery, reads.
+//! - [`locator`]: the optional Redis locator for several instances: entries, their refresh,
+//!   redirects and forwarded cancels.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
 //!   assembled with health and reflection by [`grpc::routes`].
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
@@ -28,6 +30,7 @@ pub mod config;
 pub mod error;
 pub mod grpc;
 pub mod id;
+pub mod locator;
 pub mod recorder;
 pub mod server;
 pub mod store;

@@ -8,11 +8,12 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use flags::{
-    Bytes, parse_chunk_size, parse_duration, parse_grant, parse_listen, parse_positive_duration,
-    parse_positive_size,
+    Bytes, parse_advertised, parse_chunk_size, parse_duration, parse_grant, parse_listen,
+    parse_positive_duration, parse_positive_size,
 };
 use tapedeck::Config;
 use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
+use tapedeck::config::LocatorConfig;
 use tapedeck::config::TlsFiles;
 
 mod flags;
@@ -150,6 +151,19 @@ struct ServeArgs {
     /// port may then read and cancel every recording).
     #[arg(long, env = "TAPEDECK_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
+    /// Redis of the locator, `redis://[user:password@]host:port[/db]`: runs this instance as
+    /// one of several behind one address (with --advertised-address).
+    #[arg(
+        long,
+        env = "TAPEDECK_REDIS_URL",
+        hide_env_values = true,
+        requires = "advertised_address"
+    )]
+    redis_url: Option<String>,
+    /// The host:port other instances redirect clients to (required with --redis-url).
+    #[arg(long, env = "TAPEDECK_ADVERTISED_ADDRESS", value_parser = parse_advertised,
+          requires = "redis_url")]
+    advertised_address: Option<String>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
     tls_cert: Option<PathBuf>,
@@ -234,6 +248,12 @@ fn main() -> ExitCode {
         shutdown_timeout: args.shutdown_timeout.into(),
         access,
         tls,
+        locator: args.redis_url.zip(args.advertised_address).map(
+            |(redis_url, advertised_address)| LocatorConfig {
+                redis_url,
+                advertised_address,
+            },
+        ),
     };
     match serve(config) {
         Ok(()) => ExitCode::SUCCESS,
@@ -387,6 +407,8 @@ fn log_config(config: &Config) {
         jwt_audience = ?config.access.jwt_audience,
         tls = config.tls.is_some(),
         mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        redis = ?config.locator.as_ref().map(|l| l.redacted_url()),
+        advertised_address = ?config.locator.as_ref().map(|l| &l.advertised_address),
         "starting with this configuration"
     );
 }

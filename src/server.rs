@@ -11,6 +11,7 @@ use crate::access::Guard;
 use crate::config::{Config, TlsFiles};
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
+use crate::locator::Locator;
 use crate::recorder::{Limits, LivePolicy, Recorder, sweeper};
 use crate::store::{Store, StoreOptions};
 
@@ -73,8 +74,22 @@ pub async fn run(
         lifecycle.stop.clone(),
     ));
     let guard = Guard::new(&config.access)?;
-    let (routes, health) =
-        grpc::routes(&recorder, config.max_chunk_bytes, &guard, &lifecycle).await?;
+    let locator = match &config.locator {
+        Some(settings) => {
+            let locator = Locator::new(settings, &config.data_dir)?;
+            locator.start(&recorder, &lifecycle.stop);
+            Some(locator)
+        }
+        None => None,
+    };
+    let (routes, health) = grpc::routes(
+        &recorder,
+        config.max_chunk_bytes,
+        &guard,
+        &lifecycle,
+        locator.as_ref(),
+    )
+    .await?;
     let mut server = Server::builder();
     if let Some(files) = &config.tls {
         server = server
@@ -134,6 +149,13 @@ pub async fn run(
         tracing::warn!("producer sessions still running after the shutdown timeout");
     }
     let _ = sweeper.await;
+    if let Some(locator) = locator
+        && tokio::time::timeout(timeout, locator.stopped())
+            .await
+            .is_err()
+    {
+        tracing::warn!("the Redis locator's tasks did not stop before the shutdown timeout");
+    }
     drop(recorder);
     store.close().await;
     served.map_err(Error::Serve)

@@ -651,7 +651,10 @@ async fn check(real: &mut Real, model: &Model, step: usize) {
     }
     check_subscribers(real, model, step).await;
     let ids: Vec<Vec<u8>> = (0..CONVERSATIONS).map(|c| name(c).into_bytes()).collect();
-    let live = real.recorder.check_live(&ids, |_| true).unwrap();
+    let live = real
+        .recorder
+        .check_live(&ids, |_| true, &Default::default())
+        .unwrap();
     let expected: Vec<Vec<u8>> = (0..CONVERSATIONS)
         .filter(|&c| model.live(c).is_some())
         .map(|c| name(c).into_bytes())

@@ -3,6 +3,7 @@
 //! and shape messages; the behaviour lives in the recorder.
 //! [`routes`] assembles them with health and reflection.
 
+mod cluster;
 mod recorder;
 mod recordings;
 mod resumer;

@@ -1,11 +1,13 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
 use tonic::{Request, Response, Status, Streaming};
 
+use super::cluster::{self, admit_producer, live_anywhere};
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
     start_options, stream_replay,
 };
 use crate::access::{Guard, Operation};
+use crate::locator::{Locator, Route};
 use crate::pb::response_recorder_service_server::ResponseRecorderService;
 use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
@@ -19,15 +21,23 @@ pub struct RecorderService {
     recorder: Recorder,
     guard: Guard,
     lifecycle: Lifecycle,
+    locator: Option<Locator>,
 }
 
 impl RecorderService {
-    /// A service answering from `recorder`, stopping with `lifecycle`.
-    pub fn new(recorder: Recorder, guard: Guard, lifecycle: Lifecycle) -> Self {
+    /// A service answering from `recorder`, stopping with `lifecycle`; with a `locator`, calls
+    /// about recordings other instances hold are redirected or forwarded there.
+    pub fn new(
+        recorder: Recorder,
+        guard: Guard,
+        lifecycle: Lifecycle,
+        locator: Option<Locator>,
+    ) -> Self {
         Self {
             recorder,
             guard,
             lifecycle,
+            locator,
         }
     }
 }
@@ -44,6 +54,8 @@ impl ResponseRecorderService for RecorderService {
         let id = parse_id(&first.conversation_id)?;
         principal.authorize(Operation::Record, &id)?;
         let options = start_options(first.resume_from_offset, first.retention_seconds)?;
+        let resume = options.resume_from.is_some();
+        admit_producer(self.locator.as_ref(), &self.recorder, &id, resume, false).await?;
         let producer = self.recorder.start(id, options).await?;
         record_stream(producer, first, stream)
             .await
@@ -60,6 +72,18 @@ impl ResponseRecorderService for RecorderService {
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_offset)?;
+        principal.authorize(Operation::Replay, &id)?;
+        if let Route::There(owner) =
+            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
+        {
+            // Memory Service's redirect: one message naming the owner, then the end.
+            let redirect = ReplayResponse {
+                redirect_address: owner.address,
+                ..ReplayResponse::default()
+            };
+            let stream = futures::stream::iter([Ok(redirect)]);
+            return Ok(Response::new(Box::pin(stream)));
+        }
         let replay = super::ReplayOf {
             id: &id,
             offset,
@@ -87,6 +111,21 @@ impl ResponseRecorderService for RecorderService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Cancel, &id)?;
+        if let Route::There(owner) =
+            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
+            && let Some(locator) = &self.locator
+        {
+            // Forwarded to the owner; if it cannot answer in time, the client is sent there.
+            let answer = locator.forward_cancel(&owner, &id, false).await;
+            return Ok(Response::new(CancelRecordResponse {
+                accepted: answer.unwrap_or(false),
+                redirect_address: if answer.is_some() {
+                    String::new()
+                } else {
+                    owner.address
+                },
+            }));
+        }
         let accepted = self.recorder.cancel(&id).await?;
         Ok(Response::new(CancelRecordResponse {
             accepted,
@@ -105,7 +144,8 @@ impl ResponseRecorderService for RecorderService {
         let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
         let visible = |id: &_| principal.may(Operation::Replay, id);
-        let conversation_ids = self.recorder.check_live(&ids, visible)?;
+        let elsewhere = live_anywhere(self.locator.as_ref(), &ids).await;
+        let conversation_ids = self.recorder.check_live(&ids, visible, &elsewhere)?;
         Ok(Response::new(CheckRecordingsResponse { conversation_ids }))
     }
 }

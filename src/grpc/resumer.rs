@@ -8,11 +8,14 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::cluster::{self, admit_producer, live_anywhere};
 use super::{
     Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
     principal, start_options, stream_replay,
 };
 use crate::access::{Guard, Operation};
+use crate::error::Error;
+use crate::locator::{Locator, Route};
 use crate::pb::response_resumer_service_server::ResponseResumerService;
 use crate::pb::{
     CancelResponseRequest, CancelResponseResponse, CheckConversationsRequest,
@@ -32,15 +35,24 @@ pub struct ResumerService {
     recorder: Recorder,
     guard: Guard,
     lifecycle: Lifecycle,
+    locator: Option<Locator>,
 }
 
 impl ResumerService {
-    /// A service answering from `recorder`, its producer sessions owned by `lifecycle`.
-    pub fn new(recorder: Recorder, guard: Guard, lifecycle: Lifecycle) -> Self {
+    /// A service answering from `recorder`, its producer sessions owned by `lifecycle`; with a
+    /// `locator`, calls about recordings other instances hold are redirected (UNAVAILABLE with
+    /// `x-resumer-redirect-host` / `-port`) or forwarded there.
+    pub fn new(
+        recorder: Recorder,
+        guard: Guard,
+        lifecycle: Lifecycle,
+        locator: Option<Locator>,
+    ) -> Self {
         Self {
             recorder,
             guard,
             lifecycle,
+            locator,
         }
     }
 }
@@ -59,12 +71,20 @@ impl ResponseResumerService for ResumerService {
         // sends its first token. Errors in the first message end the stream instead.
         let principal = principal(&self.guard, request.metadata())?;
         let recorder = self.recorder.clone();
+        let locator = self.locator.clone();
         let stop = self.lifecycle.stop.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
         // Owned by the server's tracker: shutdown ends the recording, which ends this session.
         self.lifecycle.tasks.spawn(async move {
             let mut requests = request.into_inner();
-            match start_producer(&recorder, &principal, &mut requests, &stop).await {
+            let started = start_producer(
+                &recorder,
+                locator.as_ref(),
+                &principal,
+                &mut requests,
+                &stop,
+            );
+            match started.await {
                 Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
                 Err(status) => {
                     let _ = tx.send(Err(status)).await;
@@ -84,6 +104,8 @@ impl ResponseResumerService for ResumerService {
         let request = request.into_inner();
         let id = parse_id(&request.conversation_id)?;
         let offset = parse_offset(request.resume_position)?;
+        principal.authorize(Operation::Replay, &id)?;
+        redirect_if_elsewhere(self.locator.as_ref(), &self.recorder, &id).await?;
         let replay = ReplayOf {
             id: &id,
             offset,
@@ -107,6 +129,20 @@ impl ResponseResumerService for ResumerService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Cancel, &id)?;
+        if let Route::There(owner) =
+            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
+            && let Some(locator) = &self.locator
+        {
+            // Forwarded to the owner; if it cannot answer in time, the client is sent there.
+            return match locator.forward_cancel(&owner, &id, true).await {
+                Some(accepted) => Ok(Response::new(CancelResponseResponse { accepted })),
+                None => Err(Error::Redirect {
+                    id: id.to_string(),
+                    address: owner.address,
+                }
+                .into()),
+            };
+        }
         let accepted = self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?;
         Ok(Response::new(CancelResponseResponse { accepted }))
     }
@@ -122,16 +158,35 @@ impl ResponseResumerService for ResumerService {
         let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
         let visible = |id: &_| principal.may(Operation::Replay, id);
-        let conversation_ids = self.recorder.check_live(&ids, visible)?;
+        let elsewhere = live_anywhere(self.locator.as_ref(), &ids).await;
+        let conversation_ids = self.recorder.check_live(&ids, visible, &elsewhere)?;
         Ok(Response::new(CheckConversationsResponse {
             conversation_ids,
         }))
     }
 }
 
+/// The legacy redirect (UNAVAILABLE with `x-resumer-redirect-host` / `-port`) when another
+/// instance holds conversation `id`'s recording.
+async fn redirect_if_elsewhere(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &crate::id::ConversationId,
+) -> Result<(), Status> {
+    match cluster::route(locator, recorder, id).await {
+        Route::Here => Ok(()),
+        Route::There(owner) => Err(Error::Redirect {
+            id: id.to_string(),
+            address: owner.address,
+        }
+        .into()),
+    }
+}
+
 /// Reads the first request and starts the recording it names.
 async fn start_producer(
     recorder: &Recorder,
+    locator: Option<&Locator>,
     principal: &crate::access::Principal,
     requests: &mut Streaming<StreamResponseTokenRequest>,
     stop: &tokio_util::sync::CancellationToken,
@@ -140,6 +195,8 @@ async fn start_producer(
     let id = parse_id(&first.conversation_id)?;
     principal.authorize(Operation::Record, &id)?;
     let options = start_options(first.resume_from_offset, first.retention_seconds)?;
+    let resume = options.resume_from.is_some();
+    admit_producer(locator, recorder, &id, resume, true).await?;
     Ok((recorder.start(id, options).await?, first))
 }
 

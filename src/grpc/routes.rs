@@ -9,6 +9,7 @@ use tonic_health::server::HealthReporter;
 use super::{RecorderService, RecordingsService, ResumerService};
 use crate::access::Guard;
 use crate::error::{Error, Result};
+use crate::locator::Locator;
 use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
 use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
 use crate::pb::tapedeck::recordings_server::RecordingsServer;
@@ -58,7 +59,8 @@ impl Health {
 /// The gRPC services over `recorder`: the current and the legacy Memory Service APIs,
 /// tapedeck's management API (`tapedeck.v1.Recordings`), health
 /// (everything SERVING) and reflection (v1 and v1alpha), both open to anyone; the two APIs
-/// check each call's credentials with `guard`. Requests may carry a chunk of up to
+/// check each call's credentials with `guard` and, with a `locator`, send calls about
+/// recordings other instances hold there. Requests may carry a chunk of up to
 /// `max_chunk_bytes`.
 ///
 /// Fails with `Reflection` when the reflection service cannot be built.
@@ -67,6 +69,7 @@ pub async fn routes(
     max_chunk_bytes: usize,
     guard: &Guard,
     lifecycle: &Lifecycle,
+    locator: Option<&Locator>,
 ) -> Result<(Routes, Health)> {
     let max_message = max_chunk_bytes
         .saturating_add(MESSAGE_OVERHEAD_BYTES)
@@ -89,8 +92,14 @@ pub async fn routes(
     };
     let reflection_v1 = reflection().build_v1().map_err(Error::Reflection)?;
     let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::Reflection)?;
-    let current = RecorderService::new(recorder.clone(), guard.clone(), lifecycle.clone());
-    let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone());
+    let locator = locator.cloned();
+    let current = RecorderService::new(
+        recorder.clone(),
+        guard.clone(),
+        lifecycle.clone(),
+        locator.clone(),
+    );
+    let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone(), locator);
     let management = RecordingsService::new(recorder.clone(), guard.clone());
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)

@@ -4,6 +4,7 @@
 //! check, idle timeouts, grace periods and shutdown. Protocol-free: the faces sit on top, the
 //! store below.
 
+mod changes;
 mod info;
 mod producer;
 mod registry;
@@ -13,12 +14,14 @@ mod status;
 pub mod sweeper;
 mod tape;
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
+pub use changes::Changes;
 pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, MAX_PAGE_SIZE, RecordingInfo};
 pub use producer::{Producer, Stopped};
 pub use registry::{LivePolicy, OnConflict, Recordings};
@@ -149,6 +152,21 @@ impl Recorder {
         Ok(meta.is_some_and(|m| m.status == Status::Cancelled))
     }
 
+    /// Ends live recording `tape` as `superseded`, with `message` for its producer: a newer
+    /// recording of its conversation started on another instance. False if it had ended.
+    ///
+    /// Fails when the end cannot be committed.
+    pub async fn supersede(&self, tape: &Arc<Tape>, message: String) -> Result<bool> {
+        let ended = self
+            .recordings
+            .end(tape, Status::Superseded, Some(message))
+            .await?;
+        if ended {
+            tracing::info!(conversation = %tape.id(), "recording superseded by another instance");
+        }
+        Ok(ended)
+    }
+
     /// Deletes conversation `id`'s recording: a live one is cancelled first (its producer is
     /// told so, its readers end with `deleted`); its chunks are deleted in bounded commits and
     /// a tombstone is left. Returns whether there was a recording; deleting again is harmless.
@@ -167,6 +185,7 @@ impl Recorder {
                 .await?;
         }
         let existed = self.recordings.store().delete(id.key()).await?;
+        self.recordings.changes().mark(id.key());
         if existed || was_live {
             tracing::info!(conversation = %id, "recording deleted");
         }
@@ -208,15 +227,17 @@ impl Recorder {
         Ok(accepted)
     }
 
-    /// The ids among `ids` whose recording is live and that `visible` lets the caller see:
-    /// request order, first of duplicates (by conversation) kept, each in the form the caller
-    /// sent. Malformed ids are left out, as Memory Service does, rather than failing the call.
+    /// The ids among `ids` whose recording is live (here, or on another instance by
+    /// `live_elsewhere`) and that `visible` lets the caller see: request order, first of
+    /// duplicates (by conversation) kept, each in the form the caller sent. Malformed ids are
+    /// left out, as Memory Service does, rather than failing the call.
     ///
     /// Fails with `TooManyIds` over [`MAX_CHECK_IDS`].
     pub fn check_live(
         &self,
         ids: &[Vec<u8>],
         visible: impl Fn(&ConversationId) -> bool,
+        live_elsewhere: &HashSet<u128>,
     ) -> Result<Vec<Vec<u8>>> {
         if ids.len() > MAX_CHECK_IDS {
             return Err(Error::TooManyIds {
@@ -224,15 +245,23 @@ impl Recorder {
                 max: MAX_CHECK_IDS,
             });
         }
-        let mut seen = std::collections::HashSet::new();
+        let mut seen = HashSet::new();
         Ok(ids
             .iter()
             .filter_map(|raw| ConversationId::parse(raw).ok())
             .filter(|id| {
-                seen.insert(id.key()) && visible(id) && self.recordings.live(id.key()).is_some()
+                let key = id.key();
+                seen.insert(key)
+                    && visible(id)
+                    && (self.recordings.live(key).is_some() || live_elsewhere.contains(&key))
             })
             .map(|id| id.original().to_vec())
             .collect())
+    }
+
+    /// What a new recording does to a conversation's live one.
+    pub fn on_conflict(&self) -> OnConflict {
+        self.recordings.registry.policy.on_conflict
     }
 
     /// Refuses new recordings and tells every producer the server is shutting down; returns

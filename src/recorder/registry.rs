@@ -12,6 +12,7 @@ use tokio::sync::{Notify, oneshot};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::changes::Changes;
 use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
@@ -54,7 +55,7 @@ impl Default for LivePolicy {
 #[derive(Debug)]
 pub(crate) struct Registry {
     tapes: Mutex<HashMap<u128, Arc<Tape>>>,
-    policy: LivePolicy,
+    pub(super) policy: LivePolicy,
     /// Woken whenever a recording joins or leaves.
     changed: Notify,
     /// Cancelled at shutdown: grace periods stop running (detached recordings stay live in
@@ -62,6 +63,8 @@ pub(crate) struct Registry {
     stopping: CancellationToken,
     /// Owns the grace-period tasks; shutdown waits for them to return.
     grace_tasks: TaskTracker,
+    /// Conversations whose recording started, reopened or ended, for the locator.
+    pub(super) changes: Changes,
 }
 
 impl Registry {
@@ -154,6 +157,7 @@ impl Registry {
             tapes.remove(&tape.key());
             drop(tapes);
             self.changed.notify_waiters();
+            self.changes.mark(tape.key());
         }
     }
 
@@ -188,6 +192,7 @@ impl Recordings {
             changed: Notify::new(),
             stopping: CancellationToken::new(),
             grace_tasks: TaskTracker::new(),
+            changes: Changes::default(),
         });
         let now_ms = store.clock().now_ms();
         for recovered in store.take_recovered() {
@@ -265,7 +270,9 @@ impl Recordings {
             })
         });
         self.store.start(id, retention_ms, admit).await?;
-        tape.await.map_err(|_| Error::ShuttingDown)
+        let made = tape.await.map_err(|_| Error::ShuttingDown)?;
+        self.registry.changes.mark(id.key());
+        Ok(made)
     }
 
     /// Ends a live recording with `status` once everything queued before is committed.
@@ -289,6 +296,11 @@ impl Recordings {
     /// Every live recording.
     pub fn live_tapes(&self) -> Vec<Arc<Tape>> {
         self.registry.lock().values().cloned().collect()
+    }
+
+    /// Conversations whose recording started, reopened, ended or was deleted.
+    pub fn changes(&self) -> &Changes {
+        &self.registry.changes
     }
 
     /// Resolves at the next change of the registry. Enable it (or poll it) before looking, so

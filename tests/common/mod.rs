@@ -19,6 +19,8 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
+pub(crate) mod redis_server;
+
 /// How long any single wait in a test may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
 
@@ -397,7 +399,19 @@ pub(crate) struct BinaryServer {
 impl BinaryServer {
     /// Starts `tapedeck serve` on `data_dir` and waits until it listens.
     pub(crate) fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
-        Self::start(data_dir, extra_args, None)
+        Self::start(data_dir, extra_args, None, None)
+    }
+
+    /// Starts `tapedeck serve` on `data_dir` as one instance of a cluster located through the
+    /// Redis at `redis_url`, advertising the address it listens on; keeps its log.
+    pub(crate) fn spawn_in_cluster(
+        data_dir: &Path,
+        redis_url: &str,
+        extra_args: &[&str],
+    ) -> (BinaryServer, LogLines) {
+        let lines = LogLines::default();
+        let server = Self::start(data_dir, extra_args, Some(lines.clone()), Some(redis_url));
+        (server, lines)
     }
 
     /// Starts the binary on a free loopback port the test picked; waits for its listening
@@ -405,12 +419,21 @@ impl BinaryServer {
     /// server never blocks on a full pipe.
     /// The port was free when picked, but another process may take it before the binary binds
     /// it: then the start is tried again on another port, a few times.
-    fn start(data_dir: &Path, extra_args: &[&str], keep: Option<LogLines>) -> BinaryServer {
+    fn start(
+        data_dir: &Path,
+        extra_args: &[&str],
+        keep: Option<LogLines>,
+        redis_url: Option<&str>,
+    ) -> BinaryServer {
         const TRIES: usize = 5;
         for _ in 0..TRIES {
             let addr = free_port();
             let listen = addr.to_string();
             let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
+            if let Some(redis_url) = redis_url {
+                args.extend_from_slice(&["--redis-url", redis_url, "--advertised-address"]);
+                args.push(listen.as_str());
+            }
             args.extend_from_slice(extra_args);
             match try_spawn_serving(data_dir, &args, keep.clone()) {
                 Ok(child) => {
@@ -673,7 +696,7 @@ impl BinaryServer {
     pub(crate) fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
         let lines = LogLines::default();
         (
-            Self::start(data_dir, extra_args, Some(lines.clone())),
+            Self::start(data_dir, extra_args, Some(lines.clone()), None),
             lines,
         )
     }

@@ -1,0 +1,78 @@
+//! What the faces ask the locator when several instances share one address: where a call
+//! about a conversation is served, whether a new recording may start here, and which
+//! conversations are live anywhere. With no locator, everything is served here.
+use std::collections::HashSet;
+
+use crate::error::Error;
+use crate::id::ConversationId;
+use crate::locator::{Locator, Route};
+use crate::recorder::{MAX_CHECK_IDS, OnConflict, Recorder};
+
+/// Where calls about conversation `id` go.
+pub(super) async fn route(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+) -> Route {
+    match locator {
+        Some(locator) => locator.route(recorder, id.key()).await,
+        None => Route::Here,
+    }
+}
+
+/// Whether a producer's session on `id` may open here. A resume of a recording another
+/// instance holds goes there (`ResumeElsewhere` on the current API, `Redirect` on the legacy
+/// one); under `--on-conflict reject`, a new recording of a conversation live on another
+/// instance is refused with `AlreadyRecording`. Under supersede, a new recording starts here
+/// and the registrar tells the other instance to end its own.
+///
+/// Fails as said above.
+pub(super) async fn admit_producer(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+    resume: bool,
+    legacy: bool,
+) -> Result<(), Error> {
+    let Some(locator) = locator else {
+        return Ok(());
+    };
+    if !resume && recorder.on_conflict() == OnConflict::Supersede {
+        return Ok(());
+    }
+    let Route::There(owner) = locator.route(recorder, id.key()).await else {
+        return Ok(());
+    };
+    let (id, address) = (id.to_string(), owner.address);
+    match (resume, legacy) {
+        (true, false) => Err(Error::ResumeElsewhere { id, address }),
+        (true, true) => Err(Error::Redirect { id, address }),
+        (false, _) if owner.live => Err(Error::AlreadyRecording { id }),
+        (false, _) => Ok(()),
+    }
+}
+
+/// The conversations among `ids` live on any instance, by key; empty with no locator, or when
+/// Redis does not answer (the check then answers from what is live here).
+pub(super) async fn live_anywhere(locator: Option<&Locator>, ids: &[Vec<u8>]) -> HashSet<u128> {
+    let Some(locator) = locator else {
+        return HashSet::new();
+    };
+    if ids.len() > MAX_CHECK_IDS {
+        return HashSet::new();
+    }
+    let keys: Vec<u128> = ids
+        .iter()
+        .filter_map(|raw| ConversationId::parse(raw).ok())
+        .map(|id| id.key())
+        .collect();
+    match locator.live_among(&keys).await {
+        Some(live) => live,
+        None => {
+            tracing::warn!(
+                "live check answered from this instance's recordings only: no answer from Redis"
+            );
+            HashSet::new()
+        }
+    }
+}

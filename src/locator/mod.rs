@@ -1,0 +1,370 @@
+//! The Redis locator: several instances behind one address. Each instance mirrors the
+//! recordings it holds into Redis entries (owner address, owner token, status), and answers
+//! calls about recordings it does not hold by redirecting to, or forwarding to, the owner.
+//!
+//! Redis is never on a producer's path: entries are written by a background registrar
+//! ([`registrar`]) from the recorder's change set. When Redis is unreachable every instance
+//! keeps serving what it holds, logs it once, retries with backoff, and registers everything
+//! again once Redis is back.
+
+mod entry;
+mod inbox;
+mod registrar;
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tokio::sync::{Notify, oneshot};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+pub use entry::Owner;
+
+use crate::error::{Error, Result};
+use crate::id::ConversationId;
+use crate::recorder::Recorder;
+
+/// How long a live recording's entry lives unless refreshed.
+const LIVE_TTL: Duration = Duration::from_secs(10);
+/// How often live recordings' entries are refreshed.
+const REFRESH_INTERVAL: Duration = Duration::from_secs(3);
+/// The longest a call waits on Redis before answering from local state.
+const CALL_TIMEOUT: Duration = Duration::from_millis(500);
+/// How long a forwarded cancel waits for the owner's answer.
+const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
+/// How long the owner of a forwarded legacy cancel waits for its producer to let go; within
+/// [`FORWARD_TIMEOUT`].
+const FORWARDED_CANCEL_WAIT: Duration = Duration::from_secs(2);
+/// Retry backoff after a failure to reach Redis: from the first delay, doubling to the last.
+const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
+
+/// Where the locator finds Redis and how other instances reach this one.
+#[derive(Clone)]
+pub struct LocatorConfig {
+    /// `redis://[user:password@]host:port[/db]`.
+    pub redis_url: String,
+    /// `host:port` other instances redirect clients to.
+    pub advertised_address: String,
+}
+
+impl LocatorConfig {
+    /// The Redis URL with any credentials in it replaced by `***`, for logs.
+    pub fn redacted_url(&self) -> String {
+        match (
+            self.redis_url.split_once("://"),
+            self.redis_url.rsplit_once('@'),
+        ) {
+            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
+            _ => self.redis_url.clone(),
+        }
+    }
+}
+
+impl std::fmt::Debug for LocatorConfig {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocatorConfig")
+            .field("redis_url", &self.redacted_url())
+            .field("advertised_address", &self.advertised_address)
+            .finish()
+    }
+}
+
+/// Where a call about a conversation is served.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Route {
+    /// Here: the recording is live here, or no other instance registered it (or Redis could
+    /// not be asked).
+    Here,
+    /// On another instance, which registered the recording.
+    There(Owner),
+}
+
+/// The locator: cheap to clone, shared by the faces and its background tasks.
+#[derive(Clone)]
+pub struct Locator {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    client: redis::Client,
+    conn: ConnectionManager,
+    /// This instance's id, kept in the data dir so that it survives restarts.
+    instance: String,
+    address: String,
+    claim: entry::Lua,
+    release: entry::Lua,
+    /// Whether the last call to Redis succeeded; flips are logged, once each.
+    reachable: AtomicBool,
+    /// Asks the registrar to register every recording again (Redis came back).
+    resync: Notify,
+    /// Forwarded cancels awaiting the owner's answer, by request number.
+    answers: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+    next_request: AtomicU64,
+    tasks: TaskTracker,
+}
+
+impl std::fmt::Debug for Locator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Locator")
+            .field("instance", &self.inner.instance)
+            .field("address", &self.inner.address)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Locator {
+    /// A locator for the instance whose data dir is `data_dir`. Does not wait for Redis: the
+    /// connection is made on first use, and made again whenever it breaks.
+    ///
+    /// Fails with `Locator` for a malformed URL, or an instance id file that cannot be read
+    /// or written.
+    pub fn new(config: &LocatorConfig, data_dir: &Path) -> Result<Self> {
+        let client =
+            redis::Client::open(config.redis_url.as_str()).map_err(|err| Error::Locator {
+                reason: format!("--redis-url is not a Redis URL: {err}"),
+            })?;
+        let manager = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(CALL_TIMEOUT))
+            .set_response_timeout(Some(CALL_TIMEOUT))
+            .set_number_of_retries(1)
+            .set_min_delay(BACKOFF.0)
+            .set_max_delay(BACKOFF.1);
+        let conn =
+            ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(|err| {
+                Error::Locator {
+                    reason: format!("cannot prepare the Redis connection: {err}"),
+                }
+            })?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                client,
+                conn,
+                instance: instance_id(data_dir)?,
+                address: config.advertised_address.clone(),
+                claim: entry::claim_script(),
+                release: entry::release_script(),
+                reachable: AtomicBool::new(true),
+                resync: Notify::new(),
+                answers: Mutex::new(HashMap::new()),
+                next_request: AtomicU64::new(1),
+                tasks: TaskTracker::new(),
+            }),
+        })
+    }
+
+    /// Starts mirroring `recorder`'s recordings into Redis and answering other instances,
+    /// until `stop` is cancelled; [`stopped`](Self::stopped) waits for both tasks.
+    pub fn start(&self, recorder: &Recorder, stop: &CancellationToken) {
+        let tasks = &self.inner.tasks;
+        tasks.spawn(registrar::run(self.clone(), recorder.clone(), stop.clone()));
+        tasks.spawn(inbox::listen(self.clone(), recorder.clone(), stop.clone()));
+        tasks.close();
+    }
+
+    /// Resolves once the tasks [`start`](Self::start) spawned have returned.
+    pub async fn stopped(&self) {
+        self.inner.tasks.wait().await;
+    }
+
+    /// This instance's address, as other instances redirect to it.
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
+    /// Where calls about conversation `key` go: here when its recording is live here;
+    /// otherwise to the instance that registered it, if that is another one.
+    pub async fn route(&self, recorder: &Recorder, key: u128) -> Route {
+        if recorder.recordings().live(key).is_some() {
+            return Route::Here;
+        }
+        match self.owner(key).await {
+            Some(owner) if owner.instance != self.inner.instance => Route::There(owner),
+            _ => Route::Here,
+        }
+    }
+
+    /// The owner Redis names for conversation `key`; `None` when there is no entry or Redis
+    /// did not answer in time.
+    async fn owner(&self, key: u128) -> Option<Owner> {
+        let mut cmd = redis::cmd("HMGET");
+        cmd.arg(entry::entry_key(key)).arg(&entry::OWNER_FIELDS[..]);
+        let fields: Vec<Option<String>> = self.query(&cmd).await?;
+        entry::owner(fields)
+    }
+
+    /// Which of `keys` are live on any instance, in one round trip; `None` when Redis did not
+    /// answer in time (the caller answers from local state).
+    pub async fn live_among(&self, keys: &[u128]) -> Option<HashSet<u128>> {
+        if keys.is_empty() {
+            return Some(HashSet::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HGET").arg(entry::entry_key(*key)).arg("status");
+        }
+        let statuses: Vec<Option<String>> = self.query_pipe(&pipe).await?;
+        Some(
+            keys.iter()
+                .zip(statuses)
+                .filter(|(_, status)| status.as_deref() == Some("recording"))
+                .map(|(key, _)| *key)
+                .collect(),
+        )
+    }
+
+    /// Asks `owner` to cancel conversation `id`'s recording (and, when `wait`, to wait a
+    /// little for its producer to let go); its answer, or `None` if none came in time.
+    pub async fn forward_cancel(
+        &self,
+        owner: &Owner,
+        id: &ConversationId,
+        wait: bool,
+    ) -> Option<bool> {
+        let request = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        self.lock_answers().insert(request, answer);
+        let message = inbox::Message::Cancel {
+            request,
+            reply_to: self.inner.instance.clone(),
+            id: id.original().to_vec(),
+            wait,
+        };
+        let delivered = self.publish(&owner.instance, &message).await;
+        let accepted = match delivered {
+            // Nobody listens on the owner's inbox: it is down, or cut off from Redis.
+            Some(0) | None => None,
+            Some(_) => tokio::time::timeout(FORWARD_TIMEOUT, answered)
+                .await
+                .ok()
+                .and_then(|answer| answer.ok()),
+        };
+        self.lock_answers().remove(&request);
+        accepted
+    }
+
+    /// Delivers an answer to a forwarded cancel this instance is waiting for.
+    fn answered(&self, request: u64, accepted: bool) {
+        if let Some(waiting) = self.lock_answers().remove(&request) {
+            let _ = waiting.send(accepted);
+        }
+    }
+
+    /// Publishes `message` to `instance`'s inbox; how many listeners got it, or `None` when
+    /// Redis did not answer in time.
+    async fn publish(&self, instance: &str, message: &inbox::Message) -> Option<usize> {
+        let mut cmd = redis::cmd("PUBLISH");
+        cmd.arg(entry::inbox(instance)).arg(message.encode());
+        self.query(&cmd).await
+    }
+
+    /// Runs one command with the call timeout, noting whether Redis answered.
+    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
+        let mut conn = self.inner.conn.clone();
+        let answer = tokio::time::timeout(CALL_TIMEOUT, cmd.query_async(&mut conn)).await;
+        self.noted(answer)
+    }
+
+    /// Runs a pipeline with the call timeout, noting whether Redis answered.
+    async fn query_pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Option<T> {
+        let mut conn = self.inner.conn.clone();
+        let answer = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut conn)).await;
+        self.noted(answer)
+    }
+
+    fn noted<T>(
+        &self,
+        answer: std::result::Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
+    ) -> Option<T> {
+        match answer {
+            Ok(Ok(value)) => {
+                self.reachable();
+                Some(value)
+            }
+            Ok(Err(err)) => {
+                self.unreachable(&err.to_string());
+                None
+            }
+            Err(_) => {
+                self.unreachable("no answer within 500ms");
+                None
+            }
+        }
+    }
+
+    /// Notes that Redis answered: logged once after an outage, and everything is registered
+    /// again (entries may have expired, or Redis may have restarted empty).
+    fn reachable(&self) {
+        if !self.inner.reachable.swap(true, Ordering::SeqCst) {
+            tracing::info!("Redis is reachable again; registering every recording again");
+            self.inner.resync.notify_one();
+        }
+    }
+
+    /// Notes that Redis did not answer: logged once per outage.
+    fn unreachable(&self, why: &str) {
+        if self.inner.reachable.swap(false, Ordering::SeqCst) {
+            tracing::warn!(
+                error = why,
+                "Redis is unreachable; serving local recordings only, and retrying"
+            );
+        }
+    }
+
+    fn lock_answers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<bool>>> {
+        self.inner.answers.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The owner token of generation `generation` of a conversation's recording on `instance`.
+fn owner_token(instance: &str, generation: u64) -> String {
+    format!("{instance}:{generation}")
+}
+
+/// Name of the file in the data dir that keeps this instance's id.
+pub const INSTANCE_FILE: &str = "tapedeck.instance";
+
+/// This instance's id: read from the data dir, or made and written there on first start. It
+/// names the instance's inbox and is part of its owner tokens, so it must outlive restarts:
+/// after one, the instance takes its own entries back rather than competing with them.
+fn instance_id(data_dir: &Path) -> Result<String> {
+    let path = data_dir.join(INSTANCE_FILE);
+    let failed = |err: std::io::Error| Error::Locator {
+        reason: format!("cannot keep the instance id in {}: {err}", path.display()),
+    };
+    match std::fs::read_to_string(&path) {
+        Ok(text) => match uuid::Uuid::parse_str(text.trim()) {
+            Ok(id) => Ok(id.to_string()),
+            Err(_) => Err(Error::Locator {
+                reason: format!("{} does not hold a UUID", path.display()),
+            }),
+        },
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
+            let id = uuid::Uuid::new_v4().to_string();
+            let staging = data_dir.join(format!("{INSTANCE_FILE}.new"));
+            std::fs::write(&staging, &id).map_err(failed)?;
+            std::fs::File::open(&staging)
+                .and_then(|f| f.sync_all())
+                .map_err(failed)?;
+            std::fs::rename(&staging, &path).map_err(failed)?;
+            Ok(id)
+        }
+        Err(err) => Err(failed(err)),
+    }
+}
+
+/// Sleeps the backoff delay after `failures` failures in a row, or until `stop`; false if
+/// stopped.
+async fn back_off(failures: u32, stop: &CancellationToken) -> bool {
+    let delay = BACKOFF
+        .0
+        .saturating_mul(1 << failures.min(16))
+        .min(BACKOFF.1);
+    tokio::select! {
+        () = tokio::time::sleep(delay) => true,
+        () = stop.cancelled() => false,
+    }
+}

@@ -1,0 +1,524 @@
+//! Several instances behind one address: three real `tapedeck` binaries located through a real
+//! `redis-server`. Replay, cancel and the live check from every instance, on both APIs, for
+//! live and completed recordings; supersede and reject across instances; resumes sent to the
+//! owner; an owner SIGKILLed and restarted; Redis killed and restarted; a stale owner that
+//! cannot overwrite or remove a newer owner's entry.
+mod common;
+
+use std::future::Future;
+use std::time::Duration;
+
+use common::redis_server::RedisServer;
+use common::{
+    BinaryServer, CuttableProxy, LegacyProducer, LogLines, Recording, WAIT, record_all,
+    replay_from, replay_text,
+};
+use redis::AsyncCommands;
+use tapedeck::pb::{
+    CancelRecordRequest, CancelResponseRequest, CheckConversationsRequest, CheckRecordingsRequest,
+    RecordStatus, ReplayResponseTokensRequest,
+};
+use tempfile::TempDir;
+use tonic::Code;
+
+/// Redis and three instances on it, each with its own data dir.
+struct Cluster {
+    redis: RedisServer,
+    instances: Vec<Instance>,
+}
+
+struct Instance {
+    server: BinaryServer,
+    log: LogLines,
+    data_dir: TempDir,
+}
+
+impl Cluster {
+    fn start(extra_args: &[&str]) -> Cluster {
+        let redis = RedisServer::start();
+        let instances = (0..3)
+            .map(|_| {
+                let data_dir = TempDir::new().unwrap();
+                let (server, log) =
+                    BinaryServer::spawn_in_cluster(data_dir.path(), &redis.url(), extra_args);
+                Instance {
+                    server,
+                    log,
+                    data_dir,
+                }
+            })
+            .collect();
+        Cluster { redis, instances }
+    }
+
+    fn addr(&self, i: usize) -> String {
+        self.instances[i].server.addr.to_string()
+    }
+}
+
+/// Retries `attempt` until it returns `Some`, for at most [`WAIT`] (then the test fails with
+/// `what`).
+async fn eventually<T, F: Future<Output = Option<T>>>(
+    what: &str,
+    mut attempt: impl FnMut() -> F,
+) -> T {
+    let deadline = tokio::time::Instant::now() + WAIT * 2;
+    loop {
+        if let Some(value) = attempt().await {
+            return value;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "timed out waiting: {what}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+/// The redirect address a current-API replay of `id` on `server` answers with ("" if it
+/// served the replay itself).
+async fn replay_redirect(server: &BinaryServer, id: &[u8]) -> Result<String, tonic::Status> {
+    let mut stream = replay_from(&server.recorder().await, id, 0).await?;
+    let first = stream.message().await?.unwrap_or_default();
+    Ok(first.redirect_address)
+}
+
+/// The `x-resumer-redirect-host:port` of a legacy replay of `id` on `server`, if it was
+/// redirected.
+async fn legacy_replay_redirect(server: &BinaryServer, id: &[u8]) -> Option<String> {
+    let request = ReplayResponseTokensRequest {
+        conversation_id: id.to_vec(),
+        resume_position: 0,
+    };
+    let err = server
+        .resumer()
+        .await
+        .replay_response_tokens(request)
+        .await
+        .err()?;
+    legacy_redirect(&err)
+}
+
+/// The address in a legacy redirect status.
+fn legacy_redirect(status: &tonic::Status) -> Option<String> {
+    if status.code() != Code::Unavailable {
+        return None;
+    }
+    let header = |name| {
+        status
+            .metadata()
+            .get(name)?
+            .to_str()
+            .ok()
+            .map(str::to_string)
+    };
+    Some(format!(
+        "{}:{}",
+        header("x-resumer-redirect-host")?,
+        header("x-resumer-redirect-port")?
+    ))
+}
+
+/// Which of `ids` `server` reports live, on the current and on the legacy API.
+async fn live_at(server: &BinaryServer, ids: &[&[u8]]) -> (Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let ids: Vec<Vec<u8>> = ids.iter().map(|id| id.to_vec()).collect();
+    let current = server
+        .recorder()
+        .await
+        .check_recordings(CheckRecordingsRequest {
+            conversation_ids: ids.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation_ids;
+    let legacy = server
+        .resumer()
+        .await
+        .check_conversations(CheckConversationsRequest {
+            conversation_ids: ids,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .conversation_ids;
+    (current, legacy)
+}
+
+/// Waits until `server` reports exactly `expected` among `ids` as live, on both APIs.
+async fn wait_live_at(server: &BinaryServer, ids: &[&[u8]], expected: &[&[u8]]) {
+    let expected: Vec<Vec<u8>> = expected.iter().map(|id| id.to_vec()).collect();
+    eventually("the live check to agree", || async {
+        let (current, legacy) = live_at(server, ids).await;
+        (current == expected && legacy == expected).then_some(())
+    })
+    .await;
+}
+
+/// Waits until a replay of `id` on `server` redirects to `owner`, on both APIs.
+async fn wait_redirected(server: &BinaryServer, id: &[u8], owner: &str) {
+    eventually("a replay to be redirected", || async {
+        let current = replay_redirect(server, id).await.ok()?;
+        let legacy = legacy_replay_redirect(server, id).await?;
+        (current == owner && legacy == owner).then_some(())
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn live_and_completed_recordings_are_found_from_every_instance() {
+    let cluster = Cluster::start(&[]);
+    let owner = &cluster.instances[0].server;
+    let recorder = owner.recorder().await;
+    let live = Recording::open(&recorder, b"chat-live").await;
+    live.send("hello ").await;
+    record_all(&recorder, b"chat-done", &["all ", "done"]).await;
+
+    let ids: [&[u8]; 3] = [b"chat-live", b"chat-done", b"chat-never"];
+    for other in &cluster.instances[1..] {
+        wait_live_at(&other.server, &ids, &[b"chat-live"]).await;
+        wait_redirected(&other.server, b"chat-live", &cluster.addr(0)).await;
+        wait_redirected(&other.server, b"chat-done", &cluster.addr(0)).await;
+        // Nobody holds it: answered here, NOT_FOUND as before.
+        let unknown = replay_redirect(&other.server, b"chat-never").await;
+        assert_eq!(unknown.unwrap_err().code(), Code::NotFound);
+    }
+    // The owner serves its own recordings, and follows the live one to its end.
+    assert_eq!(replay_redirect(owner, b"chat-done").await.unwrap(), "");
+    let following = replay_from(&recorder, b"chat-live", 0).await.unwrap();
+    live.send("world").await;
+    assert_eq!(
+        live.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
+    assert_eq!(
+        common::read_all(following).await.unwrap().text,
+        "hello world"
+    );
+
+    // Once it ended, no instance reports it live, and every other one still redirects.
+    for other in &cluster.instances[1..] {
+        wait_live_at(&other.server, &ids, &[]).await;
+        wait_redirected(&other.server, b"chat-live", &cluster.addr(0)).await;
+    }
+    let text = replay_text(&recorder, b"chat-live").await.unwrap().text;
+    assert_eq!(text, "hello world");
+}
+
+#[tokio::test]
+async fn a_cancel_on_any_instance_reaches_the_owner_and_is_answered_truthfully() {
+    let cluster = Cluster::start(&[]);
+    let owner = &cluster.instances[0].server;
+    let (b, c) = (&cluster.instances[1].server, &cluster.instances[2].server);
+
+    // Current API: forwarded through Redis, answered by the owner; nothing to follow.
+    let current = Recording::open(&owner.recorder().await, b"chat-c1").await;
+    current.send("partial").await;
+    wait_live_at(b, &[b"chat-c1"], &[b"chat-c1"]).await;
+    let cancel = CancelRecordRequest {
+        conversation_id: b"chat-c1".to_vec(),
+    };
+    let answer = b
+        .recorder()
+        .await
+        .cancel(cancel.clone())
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(answer.accepted, "{answer:?}");
+    assert_eq!(answer.redirect_address, "");
+    let ended = current.answer().await.unwrap();
+    assert_eq!(ended.status, RecordStatus::Cancelled as i32, "{ended:?}");
+
+    // Legacy API, from the third instance: the producer is told to stop.
+    let mut legacy = LegacyProducer::start(&owner.resumer().await, b"chat-c2", "tok").await;
+    assert!(legacy.ack().await.success);
+    wait_live_at(c, &[b"chat-c2"], &[b"chat-c2"]).await;
+    let request = CancelResponseRequest {
+        conversation_id: b"chat-c2".to_vec(),
+    };
+    let answer = c.resumer().await.cancel_response(request).await.unwrap();
+    assert!(answer.into_inner().accepted);
+    assert!(legacy.ack().await.cancel_requested);
+
+    // A completed recording cannot be cancelled: the owner says so, from any instance.
+    record_all(&owner.recorder().await, b"chat-c3", &["done"]).await;
+    wait_redirected(c, b"chat-c3", &cluster.addr(0)).await;
+    let late = CancelRecordRequest {
+        conversation_id: b"chat-c3".to_vec(),
+    };
+    let answer = c.recorder().await.cancel(late).await.unwrap().into_inner();
+    assert!(!answer.accepted, "{answer:?}");
+    assert_eq!(answer.redirect_address, "");
+    // Cancelling the cancelled one again, from elsewhere, is accepted (as on one instance).
+    let again = c
+        .recorder()
+        .await
+        .cancel(cancel)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(again.accepted, "{again:?}");
+}
+
+#[tokio::test]
+async fn a_new_recording_on_another_instance_supersedes_the_live_one() {
+    let cluster = Cluster::start(&[]);
+    let (a, b, c) = (
+        &cluster.instances[0].server,
+        &cluster.instances[1].server,
+        &cluster.instances[2].server,
+    );
+    let old = Recording::open(&a.recorder().await, b"chat-s").await;
+    old.send("old ").await;
+    wait_live_at(c, &[b"chat-s"], &[b"chat-s"]).await;
+
+    let new = Recording::open(&b.recorder().await, b"chat-s").await;
+    new.send("new").await;
+    let ended = old.answer().await.unwrap();
+    assert_eq!(ended.status, RecordStatus::Error as i32, "{ended:?}");
+    assert!(
+        ended.error_message.contains("superseded")
+            && ended.error_message.contains(&cluster.addr(1)),
+        "{ended:?}"
+    );
+    // Every instance now sends readers to the new owner, the old one included.
+    wait_redirected(a, b"chat-s", &cluster.addr(1)).await;
+    wait_redirected(c, b"chat-s", &cluster.addr(1)).await;
+    wait_live_at(a, &[b"chat-s"], &[b"chat-s"]).await;
+    assert_eq!(
+        new.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
+    let text = replay_text(&b.recorder().await, b"chat-s")
+        .await
+        .unwrap()
+        .text;
+    assert_eq!(text, "new");
+}
+
+#[tokio::test]
+async fn under_reject_a_new_recording_on_another_instance_is_refused() {
+    let cluster = Cluster::start(&["--on-conflict", "reject"]);
+    let (a, b) = (&cluster.instances[0].server, &cluster.instances[1].server);
+    let first = Recording::open(&a.recorder().await, b"chat-r").await;
+    first.send("first").await;
+    wait_live_at(b, &[b"chat-r"], &[b"chat-r"]).await;
+
+    let refused = Recording::open(&b.recorder().await, b"chat-r").await;
+    let err = refused.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    let legacy = LegacyProducer::try_open(
+        &b.resumer().await,
+        Some(common::token(b"chat-r", "x", false)),
+        8,
+    )
+    .await;
+    let err = match legacy {
+        Ok(mut producer) => producer.next().await.unwrap_err(),
+        Err(err) => err,
+    };
+    assert_eq!(err.code(), Code::AlreadyExists, "{err:?}");
+    // The first producer was not disturbed.
+    assert_eq!(
+        first.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
+    // Once it ended, a new recording may start anywhere.
+    wait_live_at(b, &[b"chat-r"], &[]).await;
+    record_all(&b.recorder().await, b"chat-r", &["second"]).await;
+}
+
+#[tokio::test]
+async fn a_producer_resume_on_another_instance_is_sent_to_the_owner() {
+    let cluster = Cluster::start(&["--producer-grace", "60s"]);
+    let (a, b) = (&cluster.instances[0].server, &cluster.instances[1].server);
+    let proxy = CuttableProxy::start(a.addr).await;
+    let first = Recording::open(&proxy.recorder().await, b"chat-p").await;
+    first.send("before the cut").await;
+    wait_live_at(b, &[b"chat-p"], &[b"chat-p"]).await;
+    proxy.cut(); // the producer's connection breaks; the recording waits for it
+
+    let resumed = Recording::resume(&b.recorder().await, b"chat-p", 14).await;
+    let err = resumed.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::FailedPrecondition, "{err:?}");
+    let redirect = err.metadata().get("tapedeck-redirect").unwrap();
+    assert_eq!(redirect.to_str().unwrap(), cluster.addr(0));
+    assert!(err.message().contains(&cluster.addr(0)), "{err:?}");
+
+    let mut first_token = common::token(b"chat-p", "", false);
+    first_token.resume_from_offset = Some(14);
+    let legacy = LegacyProducer::try_open(&b.resumer().await, Some(first_token), 8).await;
+    let err = match legacy {
+        Ok(mut producer) => producer.next().await.unwrap_err(),
+        Err(err) => err,
+    };
+    assert_eq!(legacy_redirect(&err), Some(cluster.addr(0)), "{err:?}");
+
+    // At the owner, the resume goes through.
+    let resumed = Recording::resume(&a.recorder().await, b"chat-p", 14).await;
+    resumed.send(", after").await;
+    assert_eq!(
+        resumed.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
+    let text = replay_text(&a.recorder().await, b"chat-p")
+        .await
+        .unwrap()
+        .text;
+    assert_eq!(text, "before the cut, after");
+}
+
+#[tokio::test]
+async fn a_killed_owners_entries_expire_and_come_back_when_it_restarts() {
+    let mut cluster = Cluster::start(&["--producer-grace", "5m"]);
+    let owner = &cluster.instances[0].server;
+    let live = Recording::open(&owner.recorder().await, b"chat-k").await;
+    live.send("kept").await;
+    record_all(&owner.recorder().await, b"chat-k-done", &["done"]).await;
+    let b = &cluster.instances[1].server;
+    wait_live_at(b, &[b"chat-k"], &[b"chat-k"]).await;
+    wait_redirected(b, b"chat-k-done", &cluster.addr(0)).await;
+
+    let killed = cluster.instances.remove(0);
+    let old_address = killed.server.addr.to_string();
+    killed.server.kill();
+    // Until its entry expires, a cancel cannot be answered by the owner: the client is sent
+    // there (current API: redirect_address; legacy: the redirect metadata).
+    let b = &cluster.instances[0].server;
+    let cancel = CancelRecordRequest {
+        conversation_id: b"chat-k".to_vec(),
+    };
+    let answer = b
+        .recorder()
+        .await
+        .cancel(cancel)
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(!answer.accepted, "{answer:?}");
+    assert_eq!(answer.redirect_address, old_address);
+    let legacy = CancelResponseRequest {
+        conversation_id: b"chat-k".to_vec(),
+    };
+    let err = b.resumer().await.cancel_response(legacy).await.unwrap_err();
+    assert_eq!(legacy_redirect(&err), Some(old_address), "{err:?}");
+    // No refresh: the live entry expires (its TTL is 10 s); the completed one is kept.
+    wait_live_at(b, &[b"chat-k"], &[]).await;
+
+    let (restarted, _log) = BinaryServer::spawn_in_cluster(
+        killed.data_dir.path(),
+        &cluster.redis.url(),
+        &["--producer-grace", "5m"],
+    );
+    let new_address = restarted.addr.to_string();
+    wait_live_at(b, &[b"chat-k"], &[b"chat-k"]).await;
+    wait_redirected(b, b"chat-k", &new_address).await;
+    wait_redirected(b, b"chat-k-done", &new_address).await;
+    // The recording waits for its producer: a replay follows it live, so only its start is
+    // read here.
+    let mut following = replay_from(&restarted.recorder().await, b"chat-k", 0)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(WAIT, following.message())
+        .await
+        .unwrap();
+    assert_eq!(first.unwrap().unwrap().content, "kept");
+}
+
+#[tokio::test]
+async fn redis_dying_leaves_every_instance_serving_and_they_converge_when_it_returns() {
+    let mut cluster = Cluster::start(&[]);
+    record_all(
+        &cluster.instances[0].server.recorder().await,
+        b"chat-before",
+        &["a"],
+    )
+    .await;
+    let b = &cluster.instances[1].server;
+    wait_redirected(b, b"chat-before", &cluster.addr(0)).await;
+
+    cluster.redis.kill();
+    // Each instance keeps recording and serving what it holds, and the live check answers
+    // from local state.
+    let b = &cluster.instances[1].server;
+    let during = Recording::open(&b.recorder().await, b"chat-during").await;
+    during.send("while Redis is down").await;
+    wait_live_at(b, &[b"chat-during", b"chat-before"], &[b"chat-during"]).await;
+    let a = &cluster.instances[0].server;
+    assert_eq!(replay_redirect(a, b"chat-before").await.unwrap(), "");
+
+    cluster.redis.restart();
+    // Redis came back empty: everything is registered again, by every instance.
+    wait_live_at(a, &[b"chat-during"], &[b"chat-during"]).await;
+    wait_redirected(a, b"chat-during", &cluster.addr(1)).await;
+    wait_redirected(b, b"chat-before", &cluster.addr(0)).await;
+    assert_eq!(
+        during.complete().await.unwrap().status,
+        RecordStatus::Success as i32
+    );
+    let log = cluster.instances[1].log.lock().unwrap().join("\n");
+    let outages = log.matches("Redis is unreachable;").count();
+    assert_eq!(outages, 1, "the outage is logged once:\n{log}");
+}
+
+#[tokio::test]
+async fn a_stale_owner_never_overwrites_or_removes_a_newer_owners_entry() {
+    let cluster = Cluster::start(&[]);
+    let a = &cluster.instances[0].server;
+    record_all(&a.recorder().await, b"chat-o", &["old"]).await;
+    wait_redirected(&cluster.instances[1].server, b"chat-o", &cluster.addr(0)).await;
+
+    // A newer recording of the conversation, registered by an instance that started it later.
+    let key = format!(
+        "tapedeck:rec:{:032x}",
+        tapedeck::id::ConversationId::parse(b"chat-o")
+            .unwrap()
+            .key()
+    );
+    let mut redis = cluster.redis.connection().await;
+    let () = redis
+        .hset_multiple(
+            &key,
+            &[
+                ("owner", "newer-instance:9"),
+                ("started", "99999999999999"),
+                ("instance", "newer-instance"),
+                ("address", "127.0.0.1:1"),
+                ("status", "completed"),
+            ],
+        )
+        .await
+        .unwrap();
+    // A start and a delete on the stale owner change its own recording only.
+    let live = Recording::open(&a.recorder().await, b"chat-o").await;
+    live.send("stale").await;
+    let ended = live.answer().await.unwrap();
+    assert!(
+        ended.error_message.contains("127.0.0.1:1"),
+        "the stale start is superseded: {ended:?}"
+    );
+    let mut recordings = a.recordings().await;
+    recordings
+        .delete(tapedeck::pb::tapedeck::DeleteRecordingRequest {
+            conversation_id: b"chat-o".to_vec(),
+        })
+        .await
+        .unwrap();
+    // A marker changed after the delete: once its entry is there, the delete was settled too.
+    record_all(&a.recorder().await, b"chat-o-marker", &["m"]).await;
+    wait_redirected(
+        &cluster.instances[2].server,
+        b"chat-o-marker",
+        &cluster.addr(0),
+    )
+    .await;
+    let owner: Option<String> = redis.hget(&key, "owner").await.unwrap();
+    assert_eq!(owner.as_deref(), Some("newer-instance:9"));
+    assert_eq!(
+        replay_redirect(&cluster.instances[2].server, b"chat-o")
+            .await
+            .unwrap(),
+        "127.0.0.1:1"
+    );
+}
