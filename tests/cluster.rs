@@ -522,3 +522,71 @@ async fn a_stale_owner_never_overwrites_or_removes_a_newer_owners_entry() {
         "127.0.0.1:1"
     );
 }
+
+/// The Python of the venv `scripts/test.sh` prepares for Memory Service's Python client.
+fn client_python() -> std::path::PathBuf {
+    let venv = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/target/python-client/bin/python"
+    );
+    let python: std::path::PathBuf =
+        std::env::var_os("TAPEDECK_TEST_PYTHON").map_or(venv.into(), Into::into);
+    assert!(
+        std::path::Path::new(&python).exists(),
+        "no Python environment for Memory Service's client at {}; run scripts/test.sh",
+        python.display()
+    );
+    python
+}
+
+#[tokio::test]
+async fn memory_services_python_client_replays_through_a_redirect() {
+    let cluster = Cluster::start(&[]);
+    let owner = &cluster.instances[0].server;
+    let live = Recording::open(&owner.recorder().await, b"chat-py-live").await;
+    live.send("still going").await;
+    record_all(
+        &owner.recorder().await,
+        b"chat-py",
+        &["Hello", " from", " A"],
+    )
+    .await;
+    let asked = &cluster.instances[1].server;
+    wait_redirected(asked, b"chat-py", &cluster.addr(0)).await;
+    wait_live_at(asked, &[b"chat-py-live"], &[b"chat-py-live"]).await;
+
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/tests/python/replay_through_redirect.py"
+    );
+    let output = tokio::process::Command::new(client_python())
+        .arg(script)
+        .args(["chat-py", "chat-py-live"])
+        .env(
+            "PYTHONPATH",
+            concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python"),
+        )
+        .env("MEMORY_SERVICE_GRPC_TARGET", asked.addr.to_string())
+        .env("MEMORY_SERVICE_GRPC_MAX_REDIRECTS", "3")
+        .output();
+    let output = tokio::time::timeout(WAIT * 3, output)
+        .await
+        .unwrap()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "the Python client failed:\n{stderr}"
+    );
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer = stdout.lines().last().unwrap_or_default();
+    assert_eq!(
+        answer, r#"{"live": ["chat-py-live"], "replayed": "Hello from A"}"#,
+        "{stderr}"
+    );
+    assert!(
+        stderr.contains("response replay redirect") && stderr.contains(&cluster.addr(0)),
+        "the client followed a redirect to the owner:\n{stderr}"
+    );
+    live.complete().await.unwrap();
+}

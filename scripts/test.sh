@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The README's test command. Installs what the tests need that a fresh machine lacks, then runs
+# `cargo test` (extra arguments go to it):
+#   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
+#   - a Python venv in target/python-client with what Memory Service's Python client imports
+#     (tests/python/requirements.txt), made again when that file changes.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+if ! command -v redis-server >/dev/null 2>&1; then
+    if [ "$(id -u)" -ne 0 ]; then
+        echo "test.sh: redis-server is missing; install Debian's redis-server (as root)" >&2
+        exit 1
+    fi
+    echo "test.sh: installing redis-server" >&2
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+fi
+
+venv=target/python-client
+stamp="$venv/requirements.txt"
+if ! cmp -s tests/python/requirements.txt "$stamp" 2>/dev/null; then
+    echo "test.sh: preparing the Python client's environment in $venv" >&2
+    rm -rf "$venv"
+    python3 -m venv "$venv"
+    "$venv/bin/pip" install -q -r tests/python/requirements.txt
+    cp tests/python/requirements.txt "$stamp"
+fi
+export TAPEDECK_TEST_PYTHON="$PWD/$venv/bin/python"
+
+exec cargo test "$@"

@@ -1,0 +1,1 @@
+"""gRPC stubs generated from Memory Service protobuf contracts."""

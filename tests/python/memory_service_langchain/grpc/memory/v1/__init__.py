@@ -1,0 +1,1 @@
+"""Generated protobuf messages and gRPC service stubs for memory.v1."""
