@@ -153,16 +153,10 @@ struct ServeArgs {
     allow_unauthenticated: bool,
     /// Redis of the locator, `redis://[user:password@]host:port[/db]`: runs this instance as
     /// one of several behind one address (with --advertised-address).
-    #[arg(
-        long,
-        env = "TAPEDECK_REDIS_URL",
-        hide_env_values = true,
-        requires = "advertised_address"
-    )]
+    #[arg(long, env = "TAPEDECK_REDIS_URL", hide_env_values = true)]
     redis_url: Option<String>,
     /// The host:port other instances redirect clients to (required with --redis-url).
-    #[arg(long, env = "TAPEDECK_ADVERTISED_ADDRESS", value_parser = parse_advertised,
-          requires = "redis_url")]
+    #[arg(long, env = "TAPEDECK_ADVERTISED_ADDRESS", value_parser = parse_advertised)]
     advertised_address: Option<String>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
@@ -214,6 +208,9 @@ fn main() -> ExitCode {
             args.listen
         ));
     }
+    if let Err(message) = check_locator_flags(&args) {
+        return usage_error(message);
+    }
     if args.retention > args.max_retention {
         return usage_error(&format!(
             "--retention {} is longer than --max-retention {}; raise --max-retention",
@@ -262,6 +259,25 @@ fn main() -> ExitCode {
             eprintln!("tapedeck: error: {}", one_line(&err));
             ExitCode::FAILURE
         }
+    }
+}
+
+/// The locator's flags come together. The URL is checked here rather than by clap, whose
+/// errors repeat the value: a URL may hold a password.
+fn check_locator_flags(args: &ServeArgs) -> Result<(), &'static str> {
+    match (&args.redis_url, &args.advertised_address) {
+        (Some(_), None) => Err(
+            "--redis-url needs --advertised-address, the host:port other \
+             instances send clients to",
+        ),
+        (None, Some(_)) => Err("--advertised-address is used only with --redis-url, which \
+             turns the locator on"),
+        (Some(url), Some(_))
+            if redis::IntoConnectionInfo::into_connection_info(url.as_str()).is_err() =>
+        {
+            Err("--redis-url is not a Redis URL; use redis://[user:password@]host:port[/db]")
+        }
+        _ => Ok(()),
     }
 }
 

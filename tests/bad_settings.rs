@@ -113,6 +113,32 @@ fn an_address_that_is_not_one_is_refused() {
 }
 
 #[test]
+fn the_locator_needs_an_advertised_address_a_redis_url_and_says_which() {
+    let redis = ["--redis-url", "redis://127.0.0.1:6379"];
+    assert_bad_setting(&redis, "--advertised-address", "host:port");
+    let advertised = ["--advertised-address", "10.0.0.1:9090"];
+    assert_bad_setting(&advertised, "--redis-url", "locator");
+    let no_port = [&redis[..], &["--advertised-address", "10.0.0.1"]].concat();
+    assert_bad_setting(&no_port, "--advertised-address", "host:port");
+}
+
+#[test]
+fn a_bad_redis_url_is_refused_without_repeating_it() {
+    let args = [
+        "--redis-url",
+        "http://user:hunter2@10.0.0.5:6379",
+        "--advertised-address",
+        "10.0.0.1:9090",
+    ];
+    assert_bad_setting(&args, "--redis-url", "redis://");
+    let dir = tempfile::tempdir().unwrap();
+    let mut all = vec![OsStr::new("--data-dir"), dir.path().as_os_str()];
+    all.extend(args.iter().map(OsStr::new));
+    let (_, stderr) = run_binary_to_exit(&all);
+    assert!(!stderr.contains("hunter2"), "{stderr}");
+}
+
+#[test]
 fn fractional_durations_and_host_names_are_accepted_and_used() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().port().to_string();

@@ -179,3 +179,52 @@ pub(super) fn owner(fields: Vec<Option<String>>) -> Option<Owner> {
 
 /// The fields [`owner`] reads, in order.
 pub(super) const OWNER_FIELDS: [&str; 3] = ["instance", "address", "status"];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use redis::Value;
+
+    fn text(s: &str) -> Value {
+        Value::BulkString(s.as_bytes().to_vec())
+    }
+
+    #[test]
+    fn claim_answers_are_read() {
+        assert_eq!(claimed(&[Value::Int(1)]), Claimed::Written(None));
+        let replaced = [Value::Int(1), text("b"), text("b:3"), text("recording")];
+        assert_eq!(
+            claimed(&replaced),
+            Claimed::Written(Some(Replaced {
+                instance: "b".into(),
+                owner: "b:3".into(),
+                live: true,
+            }))
+        );
+        let refused = [Value::Int(0), text("10.0.0.2:9090")];
+        assert_eq!(
+            claimed(&refused),
+            Claimed::Refused {
+                by: "10.0.0.2:9090".into()
+            }
+        );
+    }
+
+    #[test]
+    fn an_entry_missing_fields_names_no_owner() {
+        let full = vec![
+            Some("a".into()),
+            Some("h:1".into()),
+            Some("completed".into()),
+        ];
+        assert_eq!(
+            owner(full),
+            Some(Owner {
+                instance: "a".into(),
+                address: "h:1".into(),
+                live: false
+            })
+        );
+        assert_eq!(owner(vec![None, None, None]), None);
+    }
+}

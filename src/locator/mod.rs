@@ -289,7 +289,7 @@ impl Locator {
                 None
             }
             Err(_) => {
-                self.unreachable("no answer within 500ms");
+                self.unreachable(&format!("no answer within {CALL_TIMEOUT:?}"));
                 None
             }
         }
@@ -366,5 +366,30 @@ async fn back_off(failures: u32, stop: &CancellationToken) -> bool {
     tokio::select! {
         () = tokio::time::sleep(delay) => true,
         () = stop.cancelled() => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_instance_id_outlives_a_restart_and_a_damaged_one_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let first = instance_id(dir.path()).unwrap();
+        assert_eq!(instance_id(dir.path()).unwrap(), first);
+        std::fs::write(dir.path().join(INSTANCE_FILE), "not a uuid").unwrap();
+        let err = instance_id(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("does not hold a UUID"), "{err}");
+    }
+
+    #[test]
+    fn credentials_in_the_redis_url_are_never_shown() {
+        let config = LocatorConfig {
+            redis_url: "redis://user:hunter2@10.0.0.5:6379/2".into(),
+            advertised_address: "10.0.0.1:9090".into(),
+        };
+        assert_eq!(config.redacted_url(), "redis://***@10.0.0.5:6379/2");
+        assert!(!format!("{config:?}").contains("hunter2"));
     }
 }

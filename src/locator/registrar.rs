@@ -17,6 +17,9 @@ use crate::id::ConversationId;
 use crate::recorder::{MAX_PAGE_SIZE, Recorder, Status, Tape};
 use crate::store::RecordingMeta;
 
+/// How long the registrar gathers changes before writing them.
+const GATHER: Duration = Duration::from_millis(50);
+
 /// Runs the registrar until `stop` is cancelled.
 pub(super) async fn run(locator: Locator, recorder: Recorder, stop: CancellationToken) {
     let changes = recorder.recordings().changes();
@@ -46,7 +49,16 @@ pub(super) async fn run(locator: Locator, recorder: Recorder, stop: Cancellation
             }
         }
         tokio::select! {
-            keys = changes.next() => registrar.register(keys).await,
+            mut keys = changes.next() => {
+                // Gathers the changes of a short while into one read and one round trip: under
+                // many short recordings this keeps the registrar's cost per recording small.
+                tokio::select! {
+                    () = tokio::time::sleep(GATHER) => {}
+                    () = stop.cancelled() => return,
+                }
+                keys.extend(changes.drain());
+                registrar.register(keys).await;
+            }
             _ = refresh.tick() => registrar.refresh().await,
             () = locator.inner.resync.notified() => resync = true,
             () = stop.cancelled() => return,
@@ -115,17 +127,19 @@ impl Registrar {
 
     /// Brings the entries of conversations `keys` up to date with what is stored here.
     async fn register(&mut self, keys: Vec<u128>) {
-        let mut wanted = Vec::with_capacity(keys.len());
-        for key in keys {
-            match self.recorder.recordings().store().meta(key).await {
-                Ok(meta) => wanted.push((key, self.wanted(meta.as_ref()))),
-                Err(err) => {
-                    tracing::warn!(error = %err, "cannot read a recording to register it");
-                    self.retry.insert(key);
-                }
+        let metas = match self.recorder.recordings().store().metas(keys.clone()).await {
+            Ok(metas) => metas,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read recordings to register them");
+                self.retry.extend(keys);
+                return;
             }
-        }
-        let keys: Vec<u128> = wanted.iter().map(|(key, _)| *key).collect();
+        };
+        let wanted = keys
+            .iter()
+            .zip(&metas)
+            .map(|(key, meta)| (*key, self.wanted(meta.as_ref())))
+            .collect();
         if !self.write(wanted).await {
             self.retry.extend(keys);
         }

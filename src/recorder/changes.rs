@@ -33,16 +33,20 @@ impl Changes {
     /// The keys changed since the last call, once there is at least one.
     pub async fn next(&self) -> Vec<u128> {
         loop {
-            let taken: Vec<u128> = self
-                .lock()
-                .as_mut()
-                .map(|pending| pending.drain().collect())
-                .unwrap_or_default();
+            let taken = self.drain();
             if !taken.is_empty() {
                 return taken;
             }
             self.marked.notified().await;
         }
+    }
+
+    /// The keys changed since the last call, without waiting.
+    pub fn drain(&self) -> Vec<u128> {
+        self.lock()
+            .as_mut()
+            .map(|pending| pending.drain().collect())
+            .unwrap_or_default()
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Option<HashSet<u128>>> {

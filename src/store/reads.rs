@@ -32,6 +32,28 @@ impl Store {
             .await
     }
 
+    /// As [`meta`](Self::meta) for each of `keys`, in order, in one read.
+    ///
+    /// Fails with a storage error.
+    pub async fn metas(&self, keys: Vec<u128>) -> Result<Vec<Option<RecordingMeta>>> {
+        let journal: Vec<_> = keys
+            .iter()
+            .map(|key| self.inner.journal.last(*key))
+            .collect();
+        self.read(move |txn| {
+            keys.into_iter()
+                .zip(journal)
+                .map(|(key, journal)| {
+                    Ok(match listing::lookup(txn, key, journal)? {
+                        Lookup::Stored(meta) => Some(meta),
+                        Lookup::Gone(_) | Lookup::Unknown => None,
+                    })
+                })
+                .collect()
+        })
+        .await
+    }
+
     /// Up to `limit` stored recordings in start order, after `after` (from the first when
     /// `None`), only those with status `only` if given. Looks at no more than `scan` rows, so
     /// a page may come back short (even empty) with a token to go on from.

@@ -113,16 +113,20 @@ async fn run_one(env: &Environment, scenario: &Scenario, kind: TargetKind) -> Re
     };
     match kind {
         TargetKind::Tapedeck => {
-            let target = Tapedeck::start(env, Api::Record, connections, None).await?;
+            let target = Tapedeck::start(env, Api::Record, connections, None, false).await?;
             Ok(drive(target, scenario, kind).await)
         }
         TargetKind::TapedeckAck => {
-            let target = Tapedeck::start(env, Api::PerTokenAck, connections, None).await?;
+            let target = Tapedeck::start(env, Api::PerTokenAck, connections, None, false).await?;
             Ok(drive(target, scenario, kind).await)
         }
         TargetKind::TapedeckAuth => {
             let key = Some(BENCH_API_KEY);
-            let target = Tapedeck::start(env, Api::Record, connections, key).await?;
+            let target = Tapedeck::start(env, Api::Record, connections, key, false).await?;
+            Ok(drive(target, scenario, kind).await)
+        }
+        TargetKind::TapedeckRedis => {
+            let target = Tapedeck::start(env, Api::Record, connections, None, true).await?;
             Ok(drive(target, scenario, kind).await)
         }
         TargetKind::RedisAlways => {

@@ -88,6 +88,8 @@ pub(crate) enum TargetKind {
     TapedeckAck,
     /// As `tapedeck`, with access control on and an API key on every call.
     TapedeckAuth,
+    /// As `tapedeck`, one instance of a cluster: the Redis locator on.
+    TapedeckRedis,
     /// Redis Streams, `appendonly yes`, `appendfsync always`.
     RedisAlways,
     /// Redis Streams, `appendonly yes`, `appendfsync everysec` (acks before the fsync).
@@ -106,6 +108,7 @@ impl TargetKind {
             TargetKind::Tapedeck => "tapedeck",
             TargetKind::TapedeckAck => "tapedeck-ack",
             TargetKind::TapedeckAuth => "tapedeck-auth",
+            TargetKind::TapedeckRedis => "tapedeck-redis",
             TargetKind::RedisAlways => "redis-always",
             TargetKind::RedisEverysec => "redis-everysec",
             TargetKind::SqliteFull => "sqlite-full",

@@ -1,7 +1,8 @@
 //! tapedeck over gRPC: the real release binary spawned on a free loopback port with a temp data
 //! dir (or a running server at `--addr`). Producers use `Record` (or the legacy per-token-ack
 //! `StreamResponseTokens`), subscribers and catch-up readers use `Replay`. With an API key, the
-//! server is started with access control on and every call carries the key.
+//! server is started with access control on and every call carries the key. With the locator,
+//! it runs as one instance of a cluster, on a `redis-server` (no persistence) of its own.
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
@@ -59,22 +60,30 @@ pub(crate) struct Tapedeck {
     key: ApiKey,
     api: Api,
     pid: Option<u32>,
-    // Dropped after the channels: the server is killed, then its data dir removed.
+    // Dropped after the channels: the server is killed, then its data dir removed, then its
+    // locator's Redis killed.
     _server: Option<ChildGuard>,
     _dir: Option<tempfile::TempDir>,
+    _locator: Option<(ChildGuard, tempfile::TempDir)>,
 }
 
 impl Tapedeck {
     /// Spawns `env.tapedeck_bin` (or connects to `env.tapedeck_addr`) and opens `connections`
     /// HTTP/2 connections to it.
-    /// With `api_key`, the spawned server checks it and every call sends it.
+    /// With `api_key`, the spawned server checks it and every call sends it; with `locator`,
+    /// it registers its recordings in a Redis started for it.
     pub(crate) async fn start(
         env: &Environment,
         api: Api,
         connections: usize,
         api_key: Option<&str>,
+        locator: bool,
     ) -> Result<Tapedeck> {
         let key = ApiKey(api_key.map(|k| k.parse()).transpose()?);
+        let locator = match locator {
+            true => Some(locator_redis(env).await?),
+            false => None,
+        };
         let (addr, server, dir, pid) = match env.tapedeck_addr {
             Some(addr) => (addr, None, None, env.tapedeck_pid),
             None => {
@@ -94,6 +103,10 @@ impl Tapedeck {
                     .arg("--data-dir")
                     .arg(dir.path().join("data"))
                     .args(api_key.map(|k| format!("--api-key=bench={k}")))
+                    .args(locator.as_ref().into_iter().flat_map(|(redis, _)| {
+                        let redis = format!("--redis-url=redis://127.0.0.1:{}", redis.port);
+                        [redis, format!("--advertised-address={addr}")]
+                    }))
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
@@ -130,6 +143,7 @@ impl Tapedeck {
             pid,
             _server: server,
             _dir: dir,
+            _locator: locator.map(|(redis, dir)| (redis.child, dir)),
         })
     }
 
@@ -137,6 +151,39 @@ impl Tapedeck {
         let channel = self.channels[lane % self.channels.len()].clone();
         InterceptedService::new(channel, self.key.clone())
     }
+}
+
+/// A Redis for the locator, and the port it listens on.
+struct LocatorRedis {
+    child: ChildGuard,
+    port: u16,
+}
+
+/// Starts a `redis-server` for the locator: loopback only, no persistence (the locator keeps
+/// nothing that the instances cannot register again).
+async fn locator_redis(env: &Environment) -> Result<(LocatorRedis, tempfile::TempDir)> {
+    let dir = temp_dir(&env.work_dir, "locator-redis-")?;
+    let port = free_port()?;
+    let child = Command::new(&env.redis_server)
+        .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+        .arg("--dir")
+        .arg(dir.path())
+        .args(["--save", "", "--appendonly", "no", "--daemonize", "no"])
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .with_context(|| format!("spawning {}", env.redis_server.display()))?;
+    let mut child = ChildGuard::new(child);
+    let url = format!("redis://127.0.0.1:{port}/");
+    wait_ready(&mut child, "the locator's redis-server", || async {
+        let client = redis::Client::open(url.as_str())?;
+        let mut conn = client.get_multiplexed_async_connection().await?;
+        redis::cmd("PING").query_async::<String>(&mut conn).await?;
+        Ok(())
+    })
+    .await?;
+    Ok((LocatorRedis { child, port }, dir))
 }
 
 impl Target for Tapedeck {
