@@ -20,6 +20,37 @@ pub(super) async fn route(
     }
 }
 
+/// What became of a cancel sent to the instance that holds the recording.
+pub(super) enum Forwarded {
+    /// Not forwarded: the recording is here, or no other instance registered it.
+    NotNeeded,
+    /// The owner's answer: whether it accepted the cancel.
+    Answered(bool),
+    /// The owner did not answer in time: the client should go to this address.
+    Unanswered(String),
+}
+
+/// Sends a cancel of conversation `id` to the instance holding its recording, if that is
+/// another one, and waits (bounded) for its answer; `wait` asks the owner to wait a little for
+/// its producer to let go, as the legacy API does.
+pub(super) async fn forward_cancel(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+    wait: bool,
+) -> Forwarded {
+    let Some(locator) = locator else {
+        return Forwarded::NotNeeded;
+    };
+    match locator.route(recorder, id.key()).await {
+        Route::Here => Forwarded::NotNeeded,
+        Route::There(owner) => match locator.forward_cancel(&owner, id, wait).await {
+            Some(accepted) => Forwarded::Answered(accepted),
+            None => Forwarded::Unanswered(owner.address),
+        },
+    }
+}
+
 /// Whether a producer's session on `id` may open here. A resume of a recording another
 /// instance holds goes there (`ResumeElsewhere` on the current API, `Redirect` on the legacy
 /// one); under `--on-conflict reject`, a new recording of a conversation live on another

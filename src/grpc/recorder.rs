@@ -1,7 +1,7 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
 use tonic::{Request, Response, Status, Streaming};
 
-use super::cluster::{self, admit_producer, live_anywhere};
+use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
     start_options, stream_replay,
@@ -111,22 +111,18 @@ impl ResponseRecorderService for RecorderService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Cancel, &id)?;
-        if let Route::There(owner) =
-            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
-            && let Some(locator) = &self.locator
-        {
-            // Forwarded to the owner; if it cannot answer in time, the client is sent there.
-            let answer = locator.forward_cancel(&owner, &id, false).await;
-            return Ok(Response::new(CancelRecordResponse {
-                accepted: answer.unwrap_or(false),
-                redirect_address: if answer.is_some() {
-                    String::new()
-                } else {
-                    owner.address
-                },
-            }));
-        }
-        let accepted = self.recorder.cancel(&id).await?;
+        let locator = self.locator.as_ref();
+        let accepted = match forward_cancel(locator, &self.recorder, &id, false).await {
+            Forwarded::NotNeeded => self.recorder.cancel(&id).await?,
+            Forwarded::Answered(accepted) => accepted,
+            // The owner did not answer in time: the client is sent there.
+            Forwarded::Unanswered(redirect_address) => {
+                return Ok(Response::new(CancelRecordResponse {
+                    accepted: false,
+                    redirect_address,
+                }));
+            }
+        };
         Ok(Response::new(CancelRecordResponse {
             accepted,
             redirect_address: String::new(),

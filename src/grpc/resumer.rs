@@ -8,7 +8,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::cluster::{self, admit_producer, live_anywhere};
+use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
 use super::{
     Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
     principal, start_options, stream_replay,
@@ -129,21 +129,16 @@ impl ResponseResumerService for ResumerService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Cancel, &id)?;
-        if let Route::There(owner) =
-            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
-            && let Some(locator) = &self.locator
-        {
-            // Forwarded to the owner; if it cannot answer in time, the client is sent there.
-            return match locator.forward_cancel(&owner, &id, true).await {
-                Some(accepted) => Ok(Response::new(CancelResponseResponse { accepted })),
-                None => Err(Error::Redirect {
-                    id: id.to_string(),
-                    address: owner.address,
-                }
-                .into()),
-            };
-        }
-        let accepted = self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?;
+        let locator = self.locator.as_ref();
+        let accepted = match forward_cancel(locator, &self.recorder, &id, true).await {
+            Forwarded::NotNeeded => self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?,
+            Forwarded::Answered(accepted) => accepted,
+            // The owner did not answer in time: the client is sent there.
+            Forwarded::Unanswered(address) => {
+                let id = id.to_string();
+                return Err(Error::Redirect { id, address }.into());
+            }
+        };
         Ok(Response::new(CancelResponseResponse { accepted }))
     }
 
