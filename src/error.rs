@@ -528,7 +528,7 @@ pub const REASON_METADATA: &str = "tapedeck-reason";
 pub const REDIRECT_METADATA: &str = "tapedeck-redirect";
 
 /// A time in ms since the epoch as RFC 3339, to the millisecond.
-pub(crate) fn rfc3339(ms: u64) -> String {
+pub fn rfc3339(ms: u64) -> String {
     let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
     humantime::format_rfc3339_millis(time).to_string()
 }

@@ -17,6 +17,7 @@
 //!   redirects and forwarded cancels.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
 //!   assembled with health and reflection by [`grpc::routes`].
+//! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
 //!
 //! A token flows one way: a face hands it to the recorder's producer session, which queues it
@@ -25,6 +26,7 @@
 //! `ARCHITECTURE.md` for more.
 
 pub mod access;
+pub mod client;
 pub mod clock;
 pub mod config;
 pub mod error;

@@ -16,6 +16,7 @@ use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
 use tapedeck::config::LocatorConfig;
 use tapedeck::config::TlsFiles;
 
+mod cli;
 mod flags;
 
 /// Exit code of a command line that cannot be run as given (clap's own, for usage errors).
@@ -38,6 +39,9 @@ enum Command {
     Serve(Box<ServeArgs>),
     /// Print a signed grant (an HS256 JWT) for a user, as an agent app would issue it.
     Token(TokenArgs),
+    /// Talk to a running server (record, replay, ls, inspect, rm, cancel, check).
+    #[command(flatten)]
+    Client(cli::ClientCommand),
 }
 
 #[derive(clap::Args)]
@@ -195,6 +199,7 @@ fn main() -> ExitCode {
     let args = match cli.command {
         Command::Serve(args) => args,
         Command::Token(args) => return token(args),
+        Command::Client(command) => return cli::run(command),
     };
     let access = match access_config(&args) {
         Ok(access) => access,

@@ -590,3 +590,53 @@ async fn memory_services_python_client_replays_through_a_redirect() {
     );
     live.complete().await.unwrap();
 }
+
+#[tokio::test]
+async fn the_rust_client_and_the_cli_follow_redirects_to_the_owner() {
+    use tapedeck::client::{Client, ClientConfig, RecordOptions};
+    let cluster = Cluster::start(&[]);
+    let owner = &cluster.instances[0].server;
+    let asked = &cluster.instances[1].server;
+    record_all(
+        &owner.recorder().await,
+        b"chat-rc",
+        &["through ", "a redirect"],
+    )
+    .await;
+    wait_redirected(asked, b"chat-rc", &cluster.addr(0)).await;
+
+    let client = Client::connect(ClientConfig::new(asked.addr.to_string()))
+        .await
+        .unwrap();
+    let mut replay = client.replay(b"chat-rc", 0).await.unwrap();
+    let mut text = String::new();
+    while let Some(piece) = replay.next().await.unwrap() {
+        text.push_str(&piece.content);
+    }
+    assert_eq!(text, "through a redirect");
+    assert_eq!(replay.ended_as(), Some("completed"));
+
+    let live = client
+        .record(b"chat-rc-live", RecordOptions::default())
+        .await
+        .unwrap();
+    live.send("going").await.unwrap();
+    wait_live_at(owner, &[b"chat-rc-live"], &[b"chat-rc-live"]).await;
+    // Recorded on the instance asked; cancelled through another one.
+    let other = Client::connect(ClientConfig::new(cluster.addr(2)))
+        .await
+        .unwrap();
+    assert!(other.cancel(b"chat-rc-live").await.unwrap());
+    assert_eq!(live.complete().await.unwrap_err().code(), Code::Cancelled);
+
+    let output = tokio::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["replay", "chat-rc", "--server", &cluster.addr(2)])
+        .output()
+        .await
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    assert_eq!(
+        String::from_utf8(output.stdout).unwrap(),
+        "through a redirect"
+    );
+}

@@ -1,0 +1,120 @@
+//! A replay from the client's side: pieces in order, the byte offset reached (to resume from
+//! after a dropped connection), and how the recording ended, from the trailers.
+use tonic::{Status, Streaming};
+
+use super::Calls;
+use crate::pb::response_recorder_service_client::ResponseRecorderServiceClient;
+use crate::pb::{ReplayRequest, ReplayResponse};
+
+/// One piece of a replay.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Piece {
+    /// Its text.
+    pub content: String,
+    /// The byte offset just after it: replay from here to continue.
+    pub offset: u64,
+    /// Chunked replays: the recorded chunk's index and commit time (ms since the epoch; 0
+    /// when not stored).
+    pub chunk: Option<(u64, i64)>,
+}
+
+/// An open replay.
+#[derive(Debug)]
+pub struct Replay {
+    first: Option<ReplayResponse>,
+    stream: Streaming<ReplayResponse>,
+    chunked: bool,
+    offset: u64,
+    ended_as: Option<String>,
+    done: bool,
+}
+
+/// What opening a replay found.
+pub(super) enum Opened {
+    /// The server replays it.
+    Here(Box<Replay>),
+    /// Another instance holds it, at this address.
+    Redirect(String),
+}
+
+impl Replay {
+    /// Opens the replay and reads its first message, which is a redirect when another
+    /// instance holds the recording.
+    pub(super) async fn open(
+        mut client: ResponseRecorderServiceClient<Calls>,
+        id: &[u8],
+        from: u64,
+        chunked: bool,
+    ) -> Result<Opened, Status> {
+        let request = ReplayRequest {
+            conversation_id: id.to_vec(),
+            resume_offset: i64::try_from(from)
+                .map_err(|_| Status::invalid_argument("the offset is too large"))?,
+            chunked,
+        };
+        let mut stream = client.replay(request).await?.into_inner();
+        let first = stream.message().await?;
+        if let Some(first) = &first
+            && !first.redirect_address.is_empty()
+        {
+            return Ok(Opened::Redirect(first.redirect_address.clone()));
+        }
+        let mut replay = Replay {
+            done: first.is_none(),
+            first,
+            stream,
+            chunked,
+            offset: from,
+            ended_as: None,
+        };
+        if replay.done {
+            replay.read_trailers().await?;
+        }
+        Ok(Opened::Here(Box::new(replay)))
+    }
+
+    /// The next piece, or `None` once the recording has ended and everything was read.
+    ///
+    /// Fails with the status that ended the replay (`UNAVAILABLE` when the server shuts down:
+    /// replay again from [`offset`](Self::offset)).
+    pub async fn next(&mut self) -> Result<Option<Piece>, Status> {
+        let message = match self.first.take() {
+            Some(first) => Some(first),
+            None if self.done => None,
+            None => self.stream.message().await?,
+        };
+        let Some(message) = message else {
+            self.done = true;
+            self.read_trailers().await?;
+            return Ok(None);
+        };
+        self.offset = message.offset as u64;
+        Ok(Some(Piece {
+            content: message.content,
+            offset: self.offset,
+            chunk: self
+                .chunked
+                .then_some((message.chunk_index, message.committed_at_ms)),
+        }))
+    }
+
+    /// The byte offset after the last piece read.
+    pub fn offset(&self) -> u64 {
+        self.offset
+    }
+
+    /// How the recording ended (`completed`, `cancelled`, …), once the replay has.
+    pub fn ended_as(&self) -> Option<&str> {
+        self.ended_as.as_deref()
+    }
+
+    async fn read_trailers(&mut self) -> Result<(), Status> {
+        if let Some(trailers) = self.stream.trailers().await? {
+            self.ended_as = trailers
+                .get(crate::grpc::STATUS_TRAILER)
+                .and_then(|v| v.to_str().ok())
+                .map(str::to_string);
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,219 @@
+//! The client commands of the real binary, run as separate processes against a real server:
+//! record → ls → inspect → replay --follow while the recording goes on → check → cancel → rm,
+//! with `--json` output parsed; and errors as one line with a non-zero exit.
+mod common;
+
+use std::io::Write;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::{BinaryServer, WAIT};
+use serde_json::Value;
+
+/// Runs `tapedeck ARGS --server ADDR` to its end, with `stdin` as its input.
+fn tapedeck(server: &BinaryServer, args: &[&str], stdin: &str) -> Output {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(args)
+        .args(["--server", &server.addr.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// Runs a command that must succeed; returns its stdout.
+fn ok(server: &BinaryServer, args: &[&str]) -> String {
+    let output = tapedeck(server, args, "");
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8(output.stdout).unwrap()
+}
+
+fn json(text: &str) -> Value {
+    serde_json::from_str(text.trim()).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"))
+}
+
+/// Polls `inspect ID` until `done` accepts its JSON.
+fn inspect_until(server: &BinaryServer, id: &str, done: impl Fn(&Value) -> bool) -> Value {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let output = tapedeck(server, &["inspect", id], "");
+        if output.status.success() {
+            let value = json(&String::from_utf8_lossy(&output.stdout));
+            if done(&value) {
+                return value;
+            }
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "inspect {id} never agreed"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+#[test]
+fn a_recording_from_the_command_line_from_record_to_rm() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &[]);
+
+    // record: stdin becomes a completed recording.
+    let recorded = tapedeck(&server, &["record", "cli-done"], "Hello, wörld");
+    assert!(recorded.status.success(), "{recorded:?}");
+    assert_eq!(ok(&server, &["replay", "cli-done"]), "Hello, wörld");
+
+    // A producer still going: `record` with stdin left open.
+    let mut producer = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["record", "cli-live", "--server", &server.addr.to_string()])
+        .stdin(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut input = producer.stdin.take().unwrap();
+    input.write_all(b"first part, ").unwrap();
+    input.flush().unwrap();
+    inspect_until(&server, "cli-live", |v| v["byte_length"] == 12);
+
+    // ls --json: both, in start order, with their status.
+    let listed = json(&ok(&server, &["ls", "--json"]));
+    let rows: Vec<(String, String)> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            let field = |name: &str| r[name].as_str().unwrap().to_string();
+            (field("conversation_id"), field("status"))
+        })
+        .collect();
+    assert_eq!(
+        rows,
+        vec![
+            ("cli-done".into(), "completed".into()),
+            ("cli-live".into(), "recording".into())
+        ]
+    );
+    let table = ok(&server, &["ls", "--status", "recording"]);
+    assert!(table.starts_with("CONVERSATION"), "{table}");
+    assert!(
+        table.contains("cli-live") && !table.contains("cli-done"),
+        "{table}"
+    );
+
+    // inspect: one recording's metadata.
+    let info = json(&ok(&server, &["inspect", "cli-live"]));
+    assert_eq!(info["status"], "recording");
+    assert_eq!(info["producer_attached"], true);
+
+    // check: which are live.
+    let live = json(&ok(&server, &["check", "cli-done", "cli-live", "--json"]));
+    assert_eq!(live, serde_json::json!(["cli-live"]));
+
+    // replay --follow while it goes on: it gets the rest as it comes, and ends with it.
+    let follower = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args([
+            "replay",
+            "cli-live",
+            "--follow",
+            "--server",
+            &server.addr.to_string(),
+        ])
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Without --follow, a replay stops at what is committed now.
+    assert_eq!(ok(&server, &["replay", "cli-live"]), "first part, ");
+    input.write_all(b"second part").unwrap();
+    input.flush().unwrap();
+    inspect_until(&server, "cli-live", |v| v["byte_length"] == 23);
+
+    // cancel: the producer is told to stop, the follower ends with what was recorded.
+    assert_eq!(
+        ok(&server, &["cancel", "cli-live"]),
+        "cli-live: cancelled\n"
+    );
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success());
+    assert_eq!(
+        String::from_utf8(followed.stdout).unwrap(),
+        "first part, second part"
+    );
+    drop(input);
+    let produced = producer.wait_with_output().unwrap();
+    assert!(
+        !produced.status.success(),
+        "the cancelled producer exits non-zero"
+    );
+    let said = String::from_utf8(produced.stderr).unwrap();
+    assert!(said.contains("cancelled"), "{said}");
+
+    // Chunked replay: one JSON line per chunk.
+    let chunks = ok(&server, &["replay", "cli-live", "--chunked"]);
+    let contents: Vec<String> = chunks
+        .lines()
+        .map(|line| json(line)["content"].as_str().unwrap().to_string())
+        .collect();
+    assert_eq!(contents.concat(), "first part, second part");
+
+    // rm: deleted, and inspect now shows the tombstone.
+    assert_eq!(ok(&server, &["rm", "cli-live"]), "cli-live: deleted\n");
+    let gone = json(&ok(&server, &["inspect", "cli-live"]));
+    assert_eq!(gone["status"], "deleted", "{gone}");
+    assert!(
+        gone["tombstone"]["collected_at_ms"].as_i64() > Some(0),
+        "{gone}"
+    );
+
+    // Nothing live to cancel: said, with a non-zero exit.
+    let late = tapedeck(&server, &["cancel", "cli-done"], "");
+    assert!(!late.status.success());
+    let said = String::from_utf8(late.stderr).unwrap();
+    assert!(said.contains("no live recording"), "{said}");
+}
+
+#[test]
+fn client_errors_are_one_line_with_a_non_zero_exit() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &["--api-key", "ops=s3cret-key-0123456789"]);
+    let cases: [(&[&str], &str); 4] = [
+        (&["inspect", "nobody"], "api key"),
+        (&["ls", "--status", "sleeping"], "not a status"),
+        (
+            &["cancel", "nobody", "--api-key", "s3cret-key-0123456789"],
+            "may not cancel",
+        ),
+        (
+            &["inspect", "nobody", "--api-key", "s3cret-key-0123456789"],
+            "NotFound",
+        ),
+    ];
+    for (args, says) in cases {
+        let output = tapedeck(&server, args, "");
+        assert!(!output.status.success(), "{args:?} succeeded");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{args:?}: {stderr}");
+        assert!(stderr.starts_with("tapedeck: error: "), "{stderr}");
+        assert!(
+            stderr.to_lowercase().contains(&says.to_lowercase()),
+            "{args:?}: {stderr}"
+        );
+        assert!(!stderr.contains("s3cret"), "{stderr}");
+    }
+    let unreachable = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["ls", "--server", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert!(!unreachable.status.success());
+    let stderr = String::from_utf8(unreachable.stderr).unwrap();
+    assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
+}
