@@ -18,6 +18,7 @@
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
 //!   assembled with health and reflection by [`grpc::routes`].
 //! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
+//! - [`metrics`]: metric names, their descriptions, and the gauges' sampler.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
 //!
 //! A token flows one way: a face hands it to the recorder's producer session, which queues it
@@ -33,6 +34,7 @@ pub mod error;
 pub mod grpc;
 pub mod id;
 pub mod locator;
+pub mod metrics;
 pub mod recorder;
 pub mod server;
 pub mod store;

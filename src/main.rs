@@ -155,6 +155,9 @@ struct ServeArgs {
     /// port may then read and cancel every recording).
     #[arg(long, env = "TAPEDECK_ALLOW_UNAUTHENTICATED")]
     allow_unauthenticated: bool,
+    /// Serve Prometheus metrics at http://ADDR/metrics (e.g. 127.0.0.1:9091). Default off.
+    #[arg(long, env = "TAPEDECK_METRICS_LISTEN", value_parser = parse_listen)]
+    metrics_listen: Option<SocketAddr>,
     /// Redis of the locator, `redis://[user:password@]host:port[/db]`: runs this instance as
     /// one of several behind one address (with --advertised-address).
     #[arg(long, env = "TAPEDECK_REDIS_URL", hide_env_values = true)]
@@ -257,7 +260,7 @@ fn main() -> ExitCode {
             },
         ),
     };
-    match serve(config) {
+    match serve(config, args.metrics_listen) {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // Exactly one line, saying what is wrong and what to do; nothing else is printed.
@@ -354,7 +357,7 @@ fn one_line(err: &anyhow::Error) -> String {
 
 /// Binds the port first, so that a busy port leaves the database untouched; then opens the
 /// store and serves until SIGINT or SIGTERM.
-fn serve(config: Config) -> anyhow::Result<()> {
+fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<()> {
     use anyhow::Context;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
@@ -364,12 +367,38 @@ fn serve(config: Config) -> anyhow::Result<()> {
                 addr: config.listen,
                 source,
             })?;
+        if let Some(addr) = metrics_listen {
+            serve_metrics(addr)?;
+        }
         let store = tapedeck::server::open_store(&config)?;
         // Logged once the start can no longer be refused: a refusal is one line, alone.
         log_config(&config);
         tapedeck::server::run(listener, store, &config, shutdown_signal()).await?;
         Ok(())
     })
+}
+
+/// Installs the Prometheus exporter, serving `/metrics` on `addr` from a task of its own.
+fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    // Bound here first so that a busy port is refused with the usual message.
+    std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind { addr, source })?;
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            Matcher::Suffix("_seconds".into()),
+            tapedeck::metrics::SECONDS_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(tapedeck::metrics::COMMIT_BATCH_OPS.into()),
+            tapedeck::metrics::OPS_BUCKETS,
+        )?
+        .install()
+        .with_context(|| format!("cannot serve metrics on {addr}"))?;
+    tapedeck::metrics::describe();
+    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    Ok(())
 }
 
 /// Resolves on SIGINT or SIGTERM.

@@ -67,6 +67,11 @@ pub async fn run(
     };
     let recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
+    let sampler = tokio::spawn(crate::metrics::sample(
+        recorder.clone(),
+        config.database_path(),
+        lifecycle.stop.clone(),
+    ));
     let sweeper = tokio::spawn(sweeper::run(
         recorder.recordings().clone(),
         config.gc_interval,
@@ -128,6 +133,7 @@ pub async fn run(
     let serve = server
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
+        .layer(grpc::TelemetryLayer)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown_signal);
     tokio::pin!(serve);
@@ -149,6 +155,7 @@ pub async fn run(
         tracing::warn!("producer sessions still running after the shutdown timeout");
     }
     let _ = sweeper.await;
+    let _ = sampler.await;
     if let Some(locator) = locator
         && tokio::time::timeout(timeout, locator.stopped())
             .await

@@ -114,6 +114,8 @@ impl Principal {
             return Ok(());
         }
         let caller = self.to_string();
+        metrics::counter!(crate::metrics::AUTH_REFUSALS, "reason" => "permission_denied")
+            .increment(1);
         tracing::warn!(%caller, conversation = %id, operation = operation.verb(), "access refused");
         Err(Error::PermissionDenied {
             caller,

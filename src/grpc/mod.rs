@@ -8,11 +8,13 @@ mod recorder;
 mod recordings;
 mod resumer;
 mod routes;
+mod telemetry;
 
 pub use recorder::RecorderService;
 pub use recordings::RecordingsService;
 pub use resumer::ResumerService;
 pub use routes::{Health, Lifecycle, routes};
+pub use telemetry::TelemetryLayer;
 
 use std::pin::Pin;
 
@@ -61,6 +63,8 @@ fn principal(guard: &Guard, metadata: &MetadataMap) -> Result<Principal, Status>
     let authenticated =
         credentials(metadata).and_then(|(api_key, bearer)| guard.authenticate(api_key, bearer));
     authenticated.map_err(|err| {
+        metrics::counter!(crate::metrics::AUTH_REFUSALS, "reason" => "unauthenticated")
+            .increment(1);
         tracing::warn!(error = %err, "call refused");
         err.into()
     })

@@ -187,6 +187,7 @@ impl Recorder {
         let existed = self.recordings.store().delete(id.key()).await?;
         self.recordings.changes().mark(id.key());
         if existed || was_live {
+            metrics::counter!(crate::metrics::DELETED_RECORDINGS).increment(1);
             tracing::info!(conversation = %id, "recording deleted");
         }
         Ok(existed || was_live)

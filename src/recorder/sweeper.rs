@@ -7,6 +7,7 @@ use tokio_util::sync::CancellationToken;
 use super::registry::Recordings;
 use super::status::Status;
 use crate::error::Result;
+use crate::metrics as metric;
 use crate::store::SweepReport;
 
 /// Runs [`sweep_once`] every `interval` (at least a millisecond) until `shutdown` is cancelled.
@@ -25,7 +26,13 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        match sweep_once(&recordings, idle_timeout).await {
+        let swept = sweep_once(&recordings, idle_timeout).await;
+        metrics::counter!(metric::SWEEPS).increment(1);
+        if let Ok(report) = &swept {
+            metrics::counter!(metric::SWEPT_RECORDINGS).increment(report.recordings_deleted);
+            metrics::counter!(metric::TOMBSTONES_FORGOTTEN).increment(report.tombstones_forgotten);
+        }
+        match swept {
             Ok(report) if report.recordings_deleted > 0 => tracing::info!(
                 recordings = report.recordings_deleted,
                 chunks = report.chunks_deleted,

@@ -155,6 +155,11 @@ impl Store {
         )
     }
 
+    /// Whether the disk ran full: new recordings are refused until there is room again.
+    pub fn is_full(&self) -> bool {
+        self.inner.db.full_error().is_some()
+    }
+
     /// The clock this store stamps recordings with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock

@@ -14,6 +14,7 @@ use super::tables::Tables;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
+use crate::metrics as metric;
 use crate::recorder::Status;
 
 /// Most ops folded into one transaction; bounds the size and latency of a single commit.
@@ -191,6 +192,7 @@ impl Writer {
             return;
         }
         let sweeping = batch.iter().any(|op| matches!(op, Op::Sweep { .. }));
+        let (ops_in_batch, tokens, bytes) = appended(batch);
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
         let mut delta = JournalDelta::new(self.next_seq);
@@ -206,6 +208,12 @@ impl Writer {
         match outcome {
             Ok(()) => {
                 self.journal_pruned_to = delta.commit_to(&self.journal, self.journal_pruned_to);
+                metrics::counter!(metric::COMMITS).increment(1);
+                metrics::histogram!(metric::COMMIT_BATCH_OPS).record(ops_in_batch as f64);
+                metrics::counter!(metric::APPENDED_TOKENS).increment(tokens);
+                metrics::counter!(metric::APPENDED_BYTES).increment(bytes);
+                let backlog = self.next_seq.saturating_sub(self.journal_pruned_to);
+                metrics::gauge!(metric::JOURNAL_BACKLOG).set(backlog as f64);
                 self.publish(effects);
             }
             Err(err) => {
@@ -249,7 +257,10 @@ impl Writer {
             t.fold_due(pruned_to)?;
             t.flush_metas()?;
         }
-        txn.commit().map_err(Error::storage)
+        let started = std::time::Instant::now();
+        let committed = txn.commit().map_err(Error::storage);
+        metrics::histogram!(metric::COMMIT_FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
+        committed
     }
 
     /// Applies one op to the open transaction, queueing what to do once it is committed.
@@ -420,6 +431,15 @@ impl Writer {
             Op::Close => Ok(()),
         }
     }
+}
+
+/// How many ops `batch` holds, and the chunks and bytes its appends carry.
+fn appended(batch: &[Op]) -> (usize, u64, u64) {
+    let (tokens, bytes) = batch.iter().fold((0, 0), |(tokens, bytes), op| match op {
+        Op::Append { chunk, .. } => (tokens + 1, bytes + chunk.text.len() as u64),
+        _ => (tokens, bytes),
+    });
+    (batch.len(), tokens, bytes)
 }
 
 /// Adds `op` to the batch; true if it asks the pipeline to close.

@@ -1,0 +1,137 @@
+//! Metric names and their descriptions, in one place, and the sampler that sets the gauges.
+//! Values are recorded with the `metrics` crate's macros, which do nothing until the binary
+//! installs the Prometheus exporter (`--metrics-listen`).
+use std::path::PathBuf;
+use std::time::Duration;
+
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
+use tokio_util::sync::CancellationToken;
+
+use crate::recorder::{Holder, Recorder};
+
+/// gRPC calls started (go-grpc-prometheus).
+pub const GRPC_STARTED: &str = "grpc_server_started_total";
+/// gRPC calls finished, by `grpc_code` (go-grpc-prometheus).
+pub const GRPC_HANDLED: &str = "grpc_server_handled_total";
+/// Time from a call's start to its status (go-grpc-prometheus).
+pub const GRPC_HANDLING_SECONDS: &str = "grpc_server_handling_seconds";
+/// Request messages received (go-grpc-prometheus).
+pub const GRPC_MSG_RECEIVED: &str = "grpc_server_msg_received_total";
+/// Response messages sent (go-grpc-prometheus).
+pub const GRPC_MSG_SENT: &str = "grpc_server_msg_sent_total";
+
+/// Recordings live now.
+pub const LIVE_RECORDINGS: &str = "tapedeck_live_recordings";
+/// Producers of live recordings, by `state`: `attached` or `detached`.
+pub const PRODUCERS: &str = "tapedeck_producers";
+/// Replays following a live recording now.
+pub const LIVE_REPLAYS: &str = "tapedeck_live_replays";
+/// Chunks (tokens) committed.
+pub const APPENDED_TOKENS: &str = "tapedeck_appended_tokens_total";
+/// UTF-8 bytes committed.
+pub const APPENDED_BYTES: &str = "tapedeck_appended_bytes_total";
+/// Write transactions committed.
+pub const COMMITS: &str = "tapedeck_commits_total";
+/// Ops per commit.
+pub const COMMIT_BATCH_OPS: &str = "tapedeck_commit_batch_ops";
+/// Time of a commit's durable write (redb's commit, with its fsyncs).
+pub const COMMIT_FSYNC_SECONDS: &str = "tapedeck_commit_fsync_seconds";
+/// Journal entries not yet folded and pruned.
+pub const JOURNAL_BACKLOG: &str = "tapedeck_journal_backlog_entries";
+/// Sweeper runs.
+pub const SWEEPS: &str = "tapedeck_sweeper_runs_total";
+/// Recordings the sweeper deleted (their retention passed).
+pub const SWEPT_RECORDINGS: &str = "tapedeck_sweeper_deleted_recordings_total";
+/// Tombstones the sweeper forgot.
+pub const TOMBSTONES_FORGOTTEN: &str = "tapedeck_tombstones_forgotten_total";
+/// Recordings deleted through the management API (each leaves a tombstone).
+pub const DELETED_RECORDINGS: &str = "tapedeck_deleted_recordings_total";
+/// Size of the database file.
+pub const FILE_BYTES: &str = "tapedeck_database_file_bytes";
+/// 1 while the disk is full (new recordings refused), else 0.
+pub const DISK_FULL: &str = "tapedeck_disk_full";
+/// Calls refused by access control, by `reason`: `unauthenticated` or `permission_denied`.
+pub const AUTH_REFUSALS: &str = "tapedeck_auth_refusals_total";
+
+/// Buckets of every `_seconds` histogram: 100 µs to 30 s.
+pub const SECONDS_BUCKETS: &[f64] = &[
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    5.0, 10.0, 30.0,
+];
+/// Buckets of the batch-size histogram.
+pub const OPS_BUCKETS: &[f64] = &[
+    1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
+];
+
+/// Describes every metric to the installed recorder (help text and unit).
+pub fn describe() {
+    describe_counter!(GRPC_STARTED, "RPCs started on the server.");
+    describe_counter!(GRPC_HANDLED, "RPCs completed on the server, by code.");
+    describe_histogram!(
+        GRPC_HANDLING_SECONDS,
+        Unit::Seconds,
+        "Time from an RPC's start until the server sent its status."
+    );
+    describe_counter!(
+        GRPC_MSG_RECEIVED,
+        "RPC stream messages received by the server."
+    );
+    describe_counter!(GRPC_MSG_SENT, "gRPC stream messages sent by the server.");
+    describe_gauge!(LIVE_RECORDINGS, "Recordings live now.");
+    describe_gauge!(
+        PRODUCERS,
+        "Producers of live recordings, attached or detached."
+    );
+    describe_gauge!(LIVE_REPLAYS, "Replays following a live recording now.");
+    describe_counter!(APPENDED_TOKENS, "Chunks committed.");
+    describe_counter!(APPENDED_BYTES, Unit::Bytes, "UTF-8 bytes committed.");
+    describe_counter!(COMMITS, "Write transactions committed.");
+    describe_histogram!(COMMIT_BATCH_OPS, "Ops per committed write transaction.");
+    describe_histogram!(
+        COMMIT_FSYNC_SECONDS,
+        Unit::Seconds,
+        "Time of each commit's durable write (redb's commit and its fsyncs)."
+    );
+    describe_gauge!(
+        JOURNAL_BACKLOG,
+        "Journal entries not yet folded into the chunks table."
+    );
+    describe_counter!(SWEEPS, "Sweeper runs.");
+    describe_counter!(SWEPT_RECORDINGS, "Recordings deleted by the sweeper.");
+    describe_counter!(TOMBSTONES_FORGOTTEN, "Tombstones forgotten by the sweeper.");
+    describe_counter!(DELETED_RECORDINGS, "Recordings deleted through the API.");
+    describe_gauge!(FILE_BYTES, Unit::Bytes, "Size of the database file.");
+    describe_gauge!(
+        DISK_FULL,
+        "1 while the disk is full and new recordings are refused."
+    );
+    describe_counter!(AUTH_REFUSALS, "Calls refused by access control, by reason.");
+}
+
+/// How often the gauges are sampled.
+const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Sets the gauges from the recorder and the database file every second, until `stop`.
+pub async fn sample(recorder: Recorder, database: PathBuf, stop: CancellationToken) {
+    let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
+    loop {
+        tokio::select! {
+            _ = ticker.tick() => {}
+            () = stop.cancelled() => return,
+        }
+        let tapes = recorder.recordings().live_tapes();
+        let attached = tapes
+            .iter()
+            .filter(|t| matches!(t.holder(), Holder { attached: true, .. }))
+            .count();
+        gauge!(LIVE_RECORDINGS).set(tapes.len() as f64);
+        gauge!(PRODUCERS, "state" => "attached").set(attached as f64);
+        gauge!(PRODUCERS, "state" => "detached").set((tapes.len() - attached) as f64);
+        gauge!(LIVE_REPLAYS).set(tapes.iter().map(|t| t.readers()).sum::<u64>() as f64);
+        let store = recorder.recordings().store();
+        gauge!(DISK_FULL).set(if store.is_full() { 1.0 } else { 0.0 });
+        if let Ok(meta) = std::fs::metadata(&database) {
+            gauge!(FILE_BYTES).set(meta.len() as f64);
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Prometheus metrics and request logs of the real binary: `/metrics` scraped during and after
+//! a recording parses as the Prometheus text format, and its counters move; every call leaves
+//! one log line with its method, conversation, outcome and duration.
+mod common;
+
+use std::io::{Read, Write};
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::{BinaryServer, Recording, WAIT, free_port, replay_text};
+use prometheus_parse::{Sample, Scrape, Value};
+
+/// GETs `/metrics` and parses it.
+fn scrape(addr: SocketAddr) -> Scrape {
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
+        .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(" 200 "), "{head}");
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    Scrape::parse(lines).expect("the Prometheus text format")
+}
+
+/// The value of the sample `name` whose labels include `labels`.
+fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
+    scrape
+        .samples
+        .iter()
+        .find(|s: &&Sample| {
+            s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
+        })
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+}
+
+/// Scrapes until `done` accepts a scrape.
+fn scrape_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
+    let deadline = std::time::Instant::now() + WAIT;
+    loop {
+        let scrape = scrape(addr);
+        if done(&scrape) {
+            return scrape;
+        }
+        assert!(std::time::Instant::now() < deadline, "never: {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let metrics = free_port();
+    let metrics_arg = metrics.to_string();
+    let (server, log) = BinaryServer::spawn_logged(dir.path(), &["--metrics-listen", &metrics_arg]);
+    let record = [
+        ("grpc_service", "memory.v1.ResponseRecorderService"),
+        ("grpc_method", "Record"),
+        ("grpc_type", "client_stream"),
+    ];
+
+    let recording = Recording::open(&server.recorder().await, b"metrics-1").await;
+    for token in ["one ", "two ", "three"] {
+        recording.send(token).await;
+    }
+    let during = scrape_until(metrics, "three tokens appended, one live recording", |s| {
+        value(s, "tapedeck_appended_tokens_total", &[]) >= Some(3.0)
+            && value(s, "tapedeck_live_recordings", &[]) == Some(1.0)
+    });
+    assert_eq!(
+        value(&during, "grpc_server_started_total", &record),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(&during, "grpc_server_msg_received_total", &record),
+        Some(4.0)
+    );
+    assert_eq!(
+        value(&during, "tapedeck_appended_bytes_total", &[]),
+        Some(13.0)
+    );
+    assert_eq!(
+        value(&during, "tapedeck_producers", &[("state", "attached")]),
+        Some(1.0)
+    );
+    assert!(value(&during, "tapedeck_commits_total", &[]) >= Some(1.0));
+    assert!(value(&during, "tapedeck_commit_fsync_seconds", &[]) >= Some(1.0));
+    assert!(value(&during, "tapedeck_database_file_bytes", &[]) > Some(0.0));
+    assert_eq!(value(&during, "tapedeck_disk_full", &[]), Some(0.0));
+    assert_eq!(value(&during, "grpc_server_handled_total", &record), None);
+
+    recording.complete().await.unwrap();
+    assert_eq!(
+        replay_text(&server.recorder().await, b"metrics-1")
+            .await
+            .unwrap()
+            .text,
+        "one two three"
+    );
+    let after = scrape_until(metrics, "the Record call handled", |s| {
+        value(
+            s,
+            "grpc_server_handled_total",
+            &[("grpc_method", "Record"), ("grpc_code", "OK")],
+        ) == Some(1.0)
+            && value(s, "tapedeck_live_recordings", &[]) == Some(0.0)
+    });
+    let replay = [("grpc_method", "Replay"), ("grpc_type", "server_stream")];
+    assert_eq!(
+        value(&after, "grpc_server_msg_sent_total", &replay),
+        Some(1.0)
+    );
+    assert_eq!(
+        value(
+            &after,
+            "grpc_server_handling_seconds",
+            &[("grpc_method", "Record")]
+        ),
+        Some(1.0),
+        "one observation in the histogram"
+    );
+    let unknown = server
+        .recorder()
+        .await
+        .cancel(tapedeck::pb::CancelRecordRequest {
+            conversation_id: vec![],
+        })
+        .await;
+    assert!(unknown.is_err());
+    scrape_until(metrics, "the refused Cancel handled", |s| {
+        value(
+            s,
+            "grpc_server_handled_total",
+            &[("grpc_method", "Cancel"), ("grpc_code", "InvalidArgument")],
+        ) == Some(1.0)
+    });
+
+    // One log line per call, with its conversation and outcome.
+    let lines = log.lock().unwrap().clone();
+    let calls: Vec<serde_json::Value> = lines
+        .iter()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["fields"]["message"] == "call")
+        .collect();
+    let record_calls: Vec<_> = calls
+        .iter()
+        .filter(|v| v["fields"]["method"] == "/memory.v1.ResponseRecorderService/Record")
+        .collect();
+    assert_eq!(record_calls.len(), 1, "{calls:?}");
+    assert_eq!(record_calls[0]["fields"]["conversation"], "metrics-1");
+    assert_eq!(record_calls[0]["fields"]["outcome"], "OK");
+    assert!(record_calls[0]["fields"]["duration_ms"].as_f64().unwrap() > 0.0);
+    assert_eq!(record_calls[0]["level"], "INFO");
+}
