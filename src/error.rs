@@ -204,6 +204,12 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// An offline tool cannot work on the database file.
+    #[error("{reason}")]
+    Offline {
+        /// What is wrong, and what to do.
+        reason: String,
+    },
     /// The locator cannot be set up (a bad `--redis-url`, an unreadable instance id file).
     #[error("cannot set up the Redis locator: {reason}")]
     Locator {
@@ -455,6 +461,7 @@ impl Error {
             | Error::BadApiKey { .. }
             | Error::BadJwtKey { .. }
             | Error::Locator { .. }
+            | Error::Offline { .. }
             | Error::Tls { .. } => Code::Internal,
         }
     }

@@ -42,6 +42,9 @@ enum Command {
     /// Talk to a running server (record, replay, ls, inspect, rm, cancel, check).
     #[command(flatten)]
     Client(cli::ClientCommand),
+    /// Offline tools on a stopped server's data dir: stats, check, compact.
+    #[command(subcommand)]
+    Db(cli::db::DbCommand),
 }
 
 #[derive(clap::Args)]
@@ -203,6 +206,7 @@ fn main() -> ExitCode {
         Command::Serve(args) => args,
         Command::Token(args) => return token(args),
         Command::Client(command) => return cli::run(command),
+        Command::Db(command) => return cli::db::run(command),
     };
     let access = match access_config(&args) {
         Ok(access) => access,

@@ -217,3 +217,70 @@ fn client_errors_are_one_line_with_a_non_zero_exit() {
     let stderr = String::from_utf8(unreachable.stderr).unwrap();
     assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
 }
+
+/// Runs `tapedeck db ARGS`; its exit status, stdout and stderr.
+fn db(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .arg("db")
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[tokio::test]
+async fn db_tools_read_check_and_compact_a_copied_data_dir_and_refuse_a_running_servers() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &[]);
+    let data = dir.path().to_str().unwrap().to_string();
+    for (id, text) in [("db-1", "one"), ("db-2", "two two")] {
+        assert!(tapedeck(&server, &["record", id], text).status.success());
+    }
+    assert!(tapedeck(&server, &["rm", "db-1"], "").status.success());
+
+    // While the server holds the file: refused, one line.
+    let busy = db(&["stats", "--data-dir", &data]);
+    assert!(!busy.status.success());
+    let stderr = String::from_utf8(busy.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(
+        stderr.contains("in use by a running tapedeck server"),
+        "{stderr}"
+    );
+
+    // On a copy of the stopped server's data dir.
+    assert!(server.terminate().await.success());
+    let copy = tempfile::tempdir().unwrap();
+    for entry in std::fs::read_dir(dir.path()).unwrap() {
+        let entry = entry.unwrap();
+        std::fs::copy(entry.path(), copy.path().join(entry.file_name())).unwrap();
+    }
+    let copy = copy.path().to_str().unwrap().to_string();
+    let stats = db(&["stats", "--data-dir", &copy, "--json"]);
+    assert!(stats.status.success(), "{stats:?}");
+    let stats = json(&String::from_utf8(stats.stdout).unwrap());
+    assert_eq!(stats["recordings"]["completed"], 1, "{stats}");
+    assert_eq!(stats["recorded_bytes"], 7, "{stats}");
+    assert_eq!(stats["tombstones"], 1, "{stats}");
+    assert!(
+        stats["file_bytes"].as_u64() >= stats["live_bytes"].as_u64(),
+        "{stats}"
+    );
+
+    let check = db(&["check", "--data-dir", &copy]);
+    assert!(check.status.success(), "{check:?}");
+    assert_eq!(
+        String::from_utf8(check.stdout).unwrap(),
+        "ok: no problems found\n"
+    );
+    let compact = db(&["compact", "--data-dir", &copy]);
+    assert!(compact.status.success(), "{compact:?}");
+    assert!(db(&["check", "--data-dir", &copy]).status.success());
+
+    // A dir with no database: one line, non-zero.
+    let empty = tempfile::tempdir().unwrap();
+    let missing = db(&["check", "--data-dir", empty.path().to_str().unwrap()]);
+    assert!(!missing.status.success());
+    let stderr = String::from_utf8(missing.stderr).unwrap();
+    assert_eq!(stderr.lines().count(), 1, "{stderr}");
+    assert!(stderr.contains("no tapedeck database"), "{stderr}");
+}

@@ -13,9 +13,7 @@ use prometheus_parse::{Sample, Scrape, Value};
 /// GETs `/metrics` and parses it.
 fn scrape(addr: SocketAddr) -> Scrape {
     let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream
-        .write_all(b"GET /metrics HTTP/1.0\r\n\r\n")
-        .unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").unwrap();

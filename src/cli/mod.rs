@@ -1,6 +1,7 @@
 //! The client commands of the `tapedeck` binary, on [`tapedeck::client`]: record from stdin,
 //! replay to stdout, list, inspect, delete, cancel, check. Each prints its result on stdout
 //! (a table or JSON) and any error as one line on stderr, with a non-zero exit code.
+pub(crate) mod db;
 mod output;
 
 use std::io::{Read, Write};

@@ -23,6 +23,7 @@ mod database;
 mod journal;
 mod listing;
 mod live;
+pub mod offline;
 mod pipeline;
 mod publish;
 mod reads;

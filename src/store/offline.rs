@@ -1,0 +1,236 @@
+//! Offline tools on a stopped server's database file: statistics (read-only), a check of
+//! redb's integrity and of tapedeck's own invariants, and compaction. redb's file lock makes
+//! each refuse, clearly, while a server holds the file.
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use redb::{
+    Database, DatabaseError, ReadOnlyDatabase, ReadableDatabase, ReadableTable,
+    ReadableTableMetadata,
+};
+
+use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
+use crate::error::{Error, Result};
+use crate::recorder::Status;
+
+/// What a database holds.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Stats {
+    /// Recordings by status.
+    pub by_status: BTreeMap<&'static str, u64>,
+    /// UTF-8 bytes of the recordings that have ended (live ones count in chunks only).
+    pub recorded_bytes: u64,
+    /// Chunks stored in the chunks table.
+    pub chunks: u64,
+    /// Entries waiting in the journal to be folded.
+    pub journal_backlog: u64,
+    /// Tombstones of collected or deleted recordings.
+    pub tombstones: u64,
+    /// Bytes of keys and values stored in every table: the live data.
+    pub live_bytes: u64,
+    /// Size of the file.
+    pub file_bytes: u64,
+}
+
+/// What a check found wrong; empty when nothing is.
+pub type Problems = Vec<String>;
+
+/// Reads `path`'s statistics without changing the file; `progress` is told the rows done so
+/// far and the total.
+///
+/// Fails with `Storage` (naming the cause: held by a running server, needs repair) or a
+/// decoding error.
+pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
+    let db = ReadOnlyDatabase::open(path).map_err(|err| open_error(path, err))?;
+    let txn = db.begin_read().map_err(Error::storage)?;
+    let rows = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+    let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
+    let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
+    let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
+    let total = rows.len().map_err(Error::storage)?;
+    let mut stats = Stats {
+        chunks: chunks.len().map_err(Error::storage)?,
+        journal_backlog: journal.len().map_err(Error::storage)?,
+        tombstones: tombstones.len().map_err(Error::storage)?,
+        file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
+        ..Stats::default()
+    };
+    for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
+        let (_, value) = row.map_err(Error::storage)?;
+        let meta = schema::decode_meta(value.value())?;
+        *stats.by_status.entry(meta.status.as_str()).or_default() += 1;
+        if meta.status != Status::Recording {
+            stats.recorded_bytes += meta.byte_len;
+        }
+        stats.live_bytes += 16 + value.value().len() as u64;
+        if done % 1024 == 0 {
+            progress(done as u64, total);
+        }
+    }
+    for chunk in chunks.iter().map_err(Error::storage)? {
+        let (_, value) = chunk.map_err(Error::storage)?;
+        stats.live_bytes += 24 + value.value().len() as u64;
+    }
+    for entry in journal.iter().map_err(Error::storage)? {
+        let (_, value) = entry.map_err(Error::storage)?;
+        stats.live_bytes += 8 + value.value().len() as u64;
+    }
+    progress(total, total);
+    Ok(stats)
+}
+
+/// Checks `path`: redb's own integrity check (which repairs what it can), then tapedeck's
+/// invariants: the schema version, every row and tombstone decodes, the start index and the
+/// expiry schedule match the rows, every chunk and journal entry belongs to a stored
+/// recording. `progress` is told the rows done and the total.
+///
+/// Fails with `Storage` when the file cannot be opened (a running server holds it).
+pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems> {
+    let mut db = Database::open(path).map_err(|err| open_error(path, err))?;
+    let mut problems = Problems::new();
+    if !db.check_integrity().map_err(Error::storage)? {
+        problems.push("redb's integrity check found damage, and repaired the file".into());
+    }
+    let txn = db.begin_read().map_err(Error::storage)?;
+    let version = txn
+        .open_table(META)
+        .map_err(Error::storage)?
+        .get(schema::SCHEMA_VERSION_KEY)
+        .map_err(Error::storage)?
+        .map(|v| v.value());
+    if version != Some(schema::SCHEMA_VERSION) {
+        problems.push(format!(
+            "schema version {version:?}, expected {} (start the server once to upgrade)",
+            schema::SCHEMA_VERSION
+        ));
+    }
+    let rows = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+    let total = rows.len().map_err(Error::storage)?;
+    let mut stored = HashSet::new();
+    let mut ended = HashSet::new();
+    let mut started = HashSet::new();
+    for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
+        let (key, value) = row.map_err(Error::storage)?;
+        let key = key.value();
+        stored.insert(key);
+        match schema::decode_meta(value.value()) {
+            Ok(meta) => {
+                started.insert((meta.created_ms, key));
+                if meta.status != Status::Recording {
+                    ended.insert(key);
+                }
+            }
+            Err(err) => problems.push(format!("recording {key:032x}: {err}")),
+        }
+        if done % 1024 == 0 {
+            progress(done as u64, total);
+        }
+    }
+    let index = txn.open_table(STARTED).map_err(Error::storage)?;
+    let mut indexed = HashSet::new();
+    for entry in index.iter().map_err(Error::storage)? {
+        let (key, _) = entry.map_err(Error::storage)?;
+        indexed.insert(key.value());
+    }
+    for missing in started.difference(&indexed) {
+        problems.push(format!(
+            "recording {:032x} is missing from the start index",
+            missing.1
+        ));
+    }
+    for stray in indexed.difference(&started) {
+        problems.push(format!(
+            "the start index names {:032x}, which has no such row",
+            stray.1
+        ));
+    }
+    let expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
+    let mut scheduled = HashSet::new();
+    for entry in expiry.iter().map_err(Error::storage)? {
+        let (key, _) = entry.map_err(Error::storage)?;
+        let (_, key) = key.value();
+        scheduled.insert(key);
+        if !ended.contains(&key) && stored.contains(&key) {
+            problems.push(format!(
+                "live recording {key:032x} is scheduled for collection"
+            ));
+        }
+    }
+    for key in ended.difference(&scheduled) {
+        problems.push(format!("ended recording {key:032x} is never collected"));
+    }
+    let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
+    let mut orphans = HashSet::new();
+    for chunk in chunks.iter().map_err(Error::storage)? {
+        let (key, _) = chunk.map_err(Error::storage)?;
+        let (key, _) = key.value();
+        if !stored.contains(&key) {
+            orphans.insert(key);
+        }
+    }
+    let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
+    for entry in journal.iter().map_err(Error::storage)? {
+        let (seq, value) = entry.map_err(Error::storage)?;
+        match schema::decode_journal(value.value()) {
+            Ok((key, _, _)) if !stored.contains(&key) => {
+                orphans.insert(key);
+            }
+            Ok(_) => {}
+            Err(err) => problems.push(format!("journal entry {}: {err}", seq.value())),
+        }
+    }
+    // Chunks of a deleted recording are purged in bounded commits: a tombstone explains them.
+    let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
+    for key in orphans {
+        if tombstones.get(key).map_err(Error::storage)?.is_none() {
+            problems.push(format!("chunks of {key:032x} belong to no recording"));
+        }
+    }
+    for entry in tombstones.iter().map_err(Error::storage)? {
+        let (key, value) = entry.map_err(Error::storage)?;
+        if let Err(err) = schema::decode_tombstone(value.value()) {
+            problems.push(format!("tombstone {:032x}: {err}", key.value()));
+        }
+    }
+    progress(total, total);
+    Ok(problems)
+}
+
+/// Compacts `path`, giving free pages back to the file system. Returns the file's size
+/// before and after.
+///
+/// Fails with `Storage` when the file cannot be opened (a running server holds it) or
+/// compacted.
+pub fn compact(path: &Path) -> Result<(u64, u64)> {
+    let size = || {
+        std::fs::metadata(path)
+            .map(|m| m.len())
+            .map_err(Error::storage)
+    };
+    let before = size()?;
+    let mut db = Database::open(path).map_err(|err| open_error(path, err))?;
+    while db.compact().map_err(Error::storage)? {}
+    drop(db);
+    Ok((before, size()?))
+}
+
+/// A clear error for a file that cannot be opened.
+fn open_error(path: &Path, err: DatabaseError) -> Error {
+    match err {
+        DatabaseError::DatabaseAlreadyOpen => Error::Offline {
+            reason: format!(
+                "{} is in use by a running tapedeck server; stop it first",
+                path.display()
+            ),
+        },
+        DatabaseError::RepairAborted => Error::Offline {
+            reason: format!(
+                "{} needs repair; start the server on it once",
+                path.display()
+            ),
+        },
+        other => Error::Offline {
+            reason: format!("cannot open {}: {other}", path.display()),
+        },
+    }
+}
