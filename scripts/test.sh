@@ -3,7 +3,8 @@
 # `cargo test` (extra arguments go to it):
 #   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
-#     (tests/python/requirements.txt), made again when that file changes.
+#     (tests/python/requirements.txt) and what the examples need (examples/python/), made
+#     again when either file changes.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -18,13 +19,14 @@ if ! command -v redis-server >/dev/null 2>&1; then
 fi
 
 venv=target/python-client
+requirements=(tests/python/requirements.txt examples/python/requirements.txt)
 stamp="$venv/requirements.txt"
-if ! cmp -s tests/python/requirements.txt "$stamp" 2>/dev/null; then
-    echo "test.sh: preparing the Python client's environment in $venv" >&2
+if ! cat "${requirements[@]}" | cmp -s - "$stamp" 2>/dev/null; then
+    echo "test.sh: preparing the Python environment in $venv" >&2
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q -r tests/python/requirements.txt
-    cp tests/python/requirements.txt "$stamp"
+    "$venv/bin/pip" install -q -r "${requirements[0]}" -r "${requirements[1]}"
+    cat "${requirements[@]}" > "$stamp"
 fi
 export TAPEDECK_TEST_PYTHON="$PWD/$venv/bin/python"
 
