@@ -207,3 +207,49 @@ async fn mutual_tls_requires_a_client_certificate_from_the_ca() {
     }
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_rust_client_speaks_tls_and_sends_its_grant() {
+    use tapedeck::client::{Client, ClientConfig, RecordOptions};
+    let dir = tempfile::tempdir().unwrap();
+    let pki = pki(dir.path());
+    let mut config = test_config(&dir.path().join("data"));
+    config.tls = Some(pki.files.clone());
+    config.access = AccessConfig {
+        jwt_secret: Some(Secret::new("shh")),
+        ..AccessConfig::default()
+    };
+    let server = TestServer::start(config).await;
+    let claims = tapedeck::access::Claims {
+        sub: "user-7".into(),
+        exp: 4_102_444_800, // 2100-01-01
+        nbf: None,
+        iss: None,
+        aud: None,
+        conversations: [("chat-tls".to_string(), tapedeck::access::Role::Writer)].into(),
+    };
+    let grant = tapedeck::access::mint(&Secret::new("shh"), &claims).unwrap();
+    let client_config = ClientConfig {
+        bearer: Some(grant),
+        tls_ca: Some(dir.path().join("ca.pem")),
+        ..ClientConfig::new(format!("localhost:{}", server.addr.port()))
+    };
+    let client = Client::connect(client_config).await.unwrap();
+    assert!(client.is_enabled().await.unwrap());
+    let recording = client
+        .record(b"chat-tls", RecordOptions::default())
+        .await
+        .unwrap();
+    recording.send("over TLS, ").await.unwrap();
+    recording.send("with a grant").await.unwrap();
+    recording.complete().await.unwrap();
+    let mut replay = client.replay(b"chat-tls", 10).await.unwrap();
+    let piece = replay.next().await.unwrap().unwrap();
+    assert_eq!(piece.content, "with a grant");
+    assert_eq!(piece.offset, 22);
+    assert_eq!(client.get(b"chat-tls").await.unwrap().byte_length, 22);
+    // The grant names no other conversation.
+    let err = client.replay(b"chat-other", 0).await.unwrap_err();
+    assert_eq!(err.code(), tonic::Code::PermissionDenied);
+    server.stop().await;
+}

@@ -228,6 +228,13 @@ impl Client {
         Err(too_many_redirects(self.config.max_redirects))
     }
 
+    /// Whether recording is enabled on the server (always, on tapedeck).
+    ///
+    /// Fails with the server's status.
+    pub async fn is_enabled(&self) -> Result<bool, Status> {
+        Ok(self.recorder().is_enabled(()).await?.into_inner().enabled)
+    }
+
     /// The ids among `ids` whose recording is live (on any instance of a cluster).
     ///
     /// Fails with the server's status (`INVALID_ARGUMENT` over 1,000 ids).
