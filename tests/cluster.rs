@@ -460,6 +460,12 @@ async fn redis_dying_leaves_every_instance_serving_and_they_converge_when_it_ret
     let log = cluster.instances[1].log.lock().unwrap().join("\n");
     let outages = log.matches("Redis is unreachable;").count();
     assert_eq!(outages, 1, "the outage is logged once:\n{log}");
+    let local_checks = log.matches("live checks answer from this instance's recordings only");
+    assert_eq!(
+        local_checks.count(),
+        1,
+        "and the local live checks once:\n{log}"
+    );
 }
 
 #[tokio::test]

@@ -97,13 +97,5 @@ pub(super) async fn live_anywhere(locator: Option<&Locator>, ids: &[Vec<u8>]) ->
         .filter_map(|raw| ConversationId::parse(raw).ok())
         .map(|id| id.key())
         .collect();
-    match locator.live_among(&keys).await {
-        Some(live) => live,
-        None => {
-            tracing::warn!(
-                "live check answered from this instance's recordings only: no answer from Redis"
-            );
-            HashSet::new()
-        }
-    }
+    locator.live_among(&keys).await.unwrap_or_default()
 }

@@ -101,6 +101,8 @@ struct Inner {
     reachable: AtomicBool,
     /// Asks the registrar to register every recording again (Redis came back).
     resync: Notify,
+    /// Whether a live check answered from local state was logged during this outage.
+    local_check_logged: AtomicBool,
     /// Forwarded cancels awaiting the owner's answer, by request number.
     answers: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
     next_request: AtomicU64,
@@ -149,6 +151,7 @@ impl Locator {
                 release: entry::release_script(),
                 reachable: AtomicBool::new(true),
                 resync: Notify::new(),
+                local_check_logged: AtomicBool::new(false),
                 answers: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 tasks: TaskTracker::new(),
@@ -197,7 +200,7 @@ impl Locator {
     }
 
     /// Which of `keys` are live on any instance, in one round trip; `None` when Redis did not
-    /// answer in time (the caller answers from local state).
+    /// answer in time (the caller answers from local state; that is logged once an outage).
     pub async fn live_among(&self, keys: &[u128]) -> Option<HashSet<u128>> {
         if keys.is_empty() {
             return Some(HashSet::new());
@@ -206,7 +209,15 @@ impl Locator {
         for key in keys {
             pipe.cmd("HGET").arg(entry::entry_key(*key)).arg("status");
         }
-        let statuses: Vec<Option<String>> = self.query_pipe(&pipe).await?;
+        let Some(statuses): Option<Vec<Option<String>>> = self.query_pipe(&pipe).await else {
+            if !self.inner.local_check_logged.swap(true, Ordering::SeqCst) {
+                tracing::warn!(
+                    "live checks answer from this instance's recordings only until Redis \
+                     answers again"
+                );
+            }
+            return None;
+        };
         Some(
             keys.iter()
                 .zip(statuses)
@@ -300,6 +311,7 @@ impl Locator {
     fn reachable(&self) {
         if !self.inner.reachable.swap(true, Ordering::SeqCst) {
             tracing::info!("Redis is reachable again; registering every recording again");
+            self.inner.local_check_logged.store(false, Ordering::SeqCst);
             self.inner.resync.notify_one();
         }
     }
