@@ -140,7 +140,7 @@ const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
 
 /// Opens a replay as a stream of messages made by `message`, ending with an OK status that
 /// carries the `tapedeck-*` trailers; or, once `stop` is cancelled (the server shuts down),
-/// with UNAVAILABLE and the offset to replay again from.
+/// with UNAVAILABLE and the offset to replay again from. The caller has authorized the replay.
 ///
 /// Nothing is read ahead: the next piece is read when the transport asks for it, which it does
 /// once the previous one is on its way to the client. Together with the small first message
@@ -148,12 +148,10 @@ const FIRST_MESSAGE_BYTES: usize = 4 * 1024;
 /// a replay the client abandons is dropped with its stream.
 async fn stream_replay<T: Send + 'static>(
     recorder: &Recorder,
-    principal: &Principal,
     of: ReplayOf<'_>,
     stop: &CancellationToken,
     message: fn(Piece) -> T,
 ) -> Result<ReplayStream<T>, Status> {
-    principal.authorize(crate::access::Operation::Replay, of.id)?;
     let mut replay = recorder.replay(of.id, of.offset).await?;
     if of.chunked {
         replay = replay.chunked();

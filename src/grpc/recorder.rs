@@ -90,7 +90,7 @@ impl ResponseRecorderService for RecorderService {
             chunked: request.chunked,
         };
         let stop = &self.lifecycle.stop;
-        let stream = stream_replay(&self.recorder, &principal, replay, stop, |piece| {
+        let stream = stream_replay(&self.recorder, replay, stop, |piece| {
             let chunk = piece.chunk.unwrap_or_default();
             ReplayResponse {
                 content: piece.text,

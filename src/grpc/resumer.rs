@@ -112,7 +112,7 @@ impl ResponseResumerService for ResumerService {
             chunked: false,
         };
         let stop = &self.lifecycle.stop;
-        let stream = stream_replay(&self.recorder, &principal, replay, stop, |piece| {
+        let stream = stream_replay(&self.recorder, replay, stop, |piece| {
             ReplayResponseTokensResponse {
                 token: piece.text,
                 offset: piece.end_offset as i64,

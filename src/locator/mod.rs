@@ -173,11 +173,6 @@ impl Locator {
         self.inner.tasks.wait().await;
     }
 
-    /// This instance's address, as other instances redirect to it.
-    pub fn address(&self) -> &str {
-        &self.inner.address
-    }
-
     /// Where calls about conversation `key` go: here when its recording is live here;
     /// otherwise to the instance that registered it, if that is another one.
     pub async fn route(&self, recorder: &Recorder, key: u128) -> Route {

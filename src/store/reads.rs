@@ -16,10 +16,7 @@ impl Store {
     ///
     /// Fails with a storage error.
     pub async fn meta(&self, key: u128) -> Result<Option<RecordingMeta>> {
-        match self.lookup(key).await? {
-            Lookup::Stored(meta) => Ok(Some(meta)),
-            Lookup::Gone(_) | Lookup::Unknown => Ok(None),
-        }
+        Ok(stored(self.lookup(key).await?))
     }
 
     /// Conversation `key`'s latest recording as [`meta`](Self::meta) reads it, or its
@@ -43,12 +40,7 @@ impl Store {
         self.read(move |txn| {
             keys.into_iter()
                 .zip(journal)
-                .map(|(key, journal)| {
-                    Ok(match listing::lookup(txn, key, journal)? {
-                        Lookup::Stored(meta) => Some(meta),
-                        Lookup::Gone(_) | Lookup::Unknown => None,
-                    })
-                })
+                .map(|(key, journal)| Ok(stored(listing::lookup(txn, key, journal)?)))
                 .collect()
         })
         .await
@@ -165,4 +157,12 @@ fn check_generation(
         });
     }
     Ok(meta)
+}
+
+/// The row a lookup found, if the recording is stored.
+fn stored(lookup: Lookup) -> Option<RecordingMeta> {
+    match lookup {
+        Lookup::Stored(meta) => Some(meta),
+        Lookup::Gone(_) | Lookup::Unknown => None,
+    }
 }
