@@ -12,6 +12,9 @@ pub use crate::recorder::OnConflict;
 pub struct Config {
     /// Address to listen on for gRPC. Default `127.0.0.1:9090`.
     pub listen: SocketAddr,
+    /// Address the HTTP face (Durable Streams) listens on; `None` turns it off. Default
+    /// `127.0.0.1:4437`, the protocol's port.
+    pub http_listen: Option<SocketAddr>,
     /// Directory holding the database file `tapedeck.redb`. Default `./tapedeck-data`.
     pub data_dir: PathBuf,
     /// How long a finished recording stays replayable. Default 30 minutes.
@@ -69,6 +72,7 @@ impl Default for Config {
         Self {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             data_dir: PathBuf::from("./tapedeck-data"),
+            http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 4437))),
             retention: Duration::from_secs(30 * 60),
             max_retention: Duration::from_secs(7 * 24 * 60 * 60),
             tombstone_retention: Duration::from_secs(24 * 60 * 60),

@@ -168,6 +168,14 @@ pub enum Error {
         /// The offset asked for.
         offset: u64,
     },
+    /// A text read (a gRPC replay) of a byte stream.
+    #[error(
+        "the recording is a byte stream of content type {content_type}, not UTF-8 text; read it over HTTP"
+    )]
+    NotText {
+        /// The stream's content type.
+        content_type: String,
+    },
     /// A negative resume offset.
     #[error("offset {offset} is negative")]
     NegativeOffset {
@@ -428,6 +436,7 @@ impl Error {
             Error::AlreadyRecording { .. } => Code::AlreadyExists,
             Error::ResumePastEnd { .. }
             | Error::AlreadyEnded { .. }
+            | Error::NotText { .. }
             | Error::ResumeElsewhere { .. } => Code::FailedPrecondition,
             Error::Redirect { .. } => Code::Unavailable,
             Error::ResumeInsideCharacter { .. }

@@ -32,6 +32,27 @@ pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
         .ok_or_else(|| format!("`{text}` resolves to no address"))
 }
 
+/// The HTTP face's address: a host:port, or `off`.
+pub(crate) fn parse_http_listen(text: &str) -> Result<HttpListen, String> {
+    match text {
+        "off" => Ok(HttpListen(None)),
+        text => parse_listen(text).map(|addr| HttpListen(Some(addr))),
+    }
+}
+
+/// `--http-listen`: an address, or off.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct HttpListen(pub(crate) Option<SocketAddr>);
+
+impl std::fmt::Display for HttpListen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(addr) => addr.fmt(f),
+            None => f.write_str("off"),
+        }
+    }
+}
+
 /// An address other instances redirect clients to: `host:port`, with a port of 1-65535.
 /// Not resolved: it names this instance as the others see it.
 pub(crate) fn parse_advertised(text: &str) -> Result<String, String> {

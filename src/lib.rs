@@ -32,6 +32,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod grpc;
+pub mod http;
 pub mod id;
 pub mod locator;
 pub mod metrics;

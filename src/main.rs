@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use flags::{
-    Bytes, parse_advertised, parse_chunk_size, parse_duration, parse_grant, parse_listen,
+    Bytes, HttpListen, parse_advertised, parse_chunk_size, parse_duration, parse_grant, parse_http_listen, parse_listen,
     parse_positive_duration, parse_positive_size,
 };
 use tapedeck::Config;
@@ -77,6 +77,11 @@ struct ServeArgs {
     #[arg(long, env = "TAPEDECK_LISTEN", default_value_t = Config::default().listen,
           value_parser = parse_listen)]
     listen: SocketAddr,
+    /// Address of the HTTP face (the Durable Streams protocol, for browsers and plain-HTTP
+    /// agents), or `off`.
+    #[arg(long, env = "TAPEDECK_HTTP_LISTEN", value_parser = parse_http_listen,
+          default_value_t = HttpListen(Config::default().http_listen))]
+    http_listen: HttpListen,
     /// Directory of the database file.
     #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
     data_dir: PathBuf,
@@ -212,12 +217,17 @@ fn main() -> ExitCode {
         Ok(access) => access,
         Err(err) => return usage_error(&err.to_string()),
     };
-    if !args.listen.ip().is_loopback() && !access.is_enabled() && !args.allow_unauthenticated {
+    let exposed = std::iter::once(args.listen)
+        .chain(args.http_listen.0)
+        .find(|addr| !addr.ip().is_loopback());
+    if let Some(addr) = exposed
+        && !access.is_enabled()
+        && !args.allow_unauthenticated
+    {
         return usage_error(&format!(
-            "refusing to serve {} without access control: anyone who can reach it could read \
-             and cancel every recording; configure --api-key, --jwt-secret or \
-             --jwt-public-key, or pass --allow-unauthenticated",
-            args.listen
+            "refusing to serve {addr} without access control: anyone who can reach it could \
+             read and cancel every recording; configure --api-key, --jwt-secret or \
+             --jwt-public-key, or pass --allow-unauthenticated"
         ));
     }
     if let Err(message) = check_locator_flags(&args) {
@@ -240,6 +250,7 @@ fn main() -> ExitCode {
     };
     let config = Config {
         listen: args.listen,
+        http_listen: args.http_listen.0,
         data_dir: args.data_dir,
         retention: args.retention.into(),
         max_retention: args.max_retention.into(),
@@ -371,13 +382,22 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
                 addr: config.listen,
                 source,
             })?;
+        let http_listener = match config.http_listen {
+            Some(addr) => Some(
+                tokio::net::TcpListener::bind(addr)
+                    .await
+                    .map_err(|source| tapedeck::Error::Bind { addr, source })?,
+            ),
+            None => None,
+        };
         if let Some(addr) = metrics_listen {
             serve_metrics(addr)?;
         }
         let store = tapedeck::server::open_store(&config)?;
         // Logged once the start can no longer be refused: a refusal is one line, alone.
         log_config(&config);
-        tapedeck::server::run(listener, store, &config, shutdown_signal()).await?;
+        let run = tapedeck::server::run(listener, http_listener, store, &config, shutdown_signal());
+        run.await?;
         Ok(())
     })
 }
@@ -442,6 +462,7 @@ fn init_tracing(format: LogFormat) {
 fn log_config(config: &Config) {
     tracing::info!(
         listen = %config.listen,
+        http_listen = ?config.http_listen,
         data_dir = %config.data_dir.display(),
         retention = %humantime::format_duration(config.retention),
         max_retention = %humantime::format_duration(config.max_retention),

@@ -43,7 +43,8 @@ pub fn open_store(config: &Config) -> Result<Store> {
     Store::open(&config.database_path(), options)
 }
 
-/// Serves tapedeck on `listener` with `store` until `shutdown` resolves. Then health reports
+/// Serves tapedeck on `listener` (gRPC) and `http_listener` (the HTTP face, if given) with
+/// `store` until `shutdown` resolves. Then health reports
 /// NOT_SERVING, producers are told the server is shutting down (their recordings stay live,
 /// detached, for them to resume after the restart), replays end, the commit pipeline drains
 /// and the database is closed; all within about twice `config.shutdown_timeout`.
@@ -51,6 +52,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
 /// Fails when serving fails (the listener breaks).
 pub async fn run(
     listener: TcpListener,
+    http_listener: Option<TcpListener>,
     store: Store,
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
@@ -87,6 +89,16 @@ pub async fn run(
         }
         None => None,
     };
+    let http = http_listener.map(|http_listener| {
+        let face = crate::http::HttpFace::new(recorder.clone(), guard.clone());
+        let stop = lifecycle.stop.clone();
+        tokio::spawn(crate::http::serve(
+            http_listener,
+            face,
+            config.gc_interval,
+            stop.cancelled_owned(),
+        ))
+    });
     let (routes, health) = grpc::routes(
         &recorder,
         config.max_chunk_bytes,
@@ -153,6 +165,13 @@ pub async fn run(
         .is_err()
     {
         tracing::warn!("producer sessions still running after the shutdown timeout");
+    }
+    if let Some(http) = http {
+        match tokio::time::timeout(timeout, http).await {
+            Ok(Ok(Err(err))) => tracing::warn!(error = %err, "the HTTP face failed"),
+            Err(_) => tracing::warn!("HTTP connections still open after the shutdown timeout"),
+            _ => {}
+        }
     }
     let _ = sweeper.await;
     let _ = sampler.await;

@@ -92,10 +92,11 @@ impl ResponseRecorderService for RecorderService {
         let stop = &self.lifecycle.stop;
         let stream = stream_replay(&self.recorder, replay, stop, |piece| {
             let chunk = piece.chunk.unwrap_or_default();
+            let end_offset = piece.end_offset;
             ReplayResponse {
-                content: piece.text,
+                content: piece.into_text(),
                 redirect_address: String::new(),
-                offset: piece.end_offset as i64,
+                offset: end_offset as i64,
                 chunk_index: chunk.index,
                 committed_at_ms: chunk.committed_ms as i64,
             }

@@ -114,8 +114,8 @@ impl ResponseResumerService for ResumerService {
         let stop = &self.lifecycle.stop;
         let stream = stream_replay(&self.recorder, replay, stop, |piece| {
             ReplayResponseTokensResponse {
-                token: piece.text,
                 offset: piece.end_offset as i64,
+                token: piece.into_text(),
             }
         })
         .await?;

@@ -134,7 +134,7 @@ impl Recorder {
     /// Fails with `RecordingNotFound`, `OffsetOutOfRange` (past the end of a finished
     /// recording), `OffsetInsideCharacter`, or a storage error.
     pub async fn replay(&self, id: &ConversationId, offset: u64) -> Result<Replay> {
-        Replay::open(self.recordings.clone(), id, offset).await
+        Replay::open(self.recordings.clone(), id, offset, true).await
     }
 
     /// Cancels the live recording of `id`. True if it was live, or had already been cancelled.
@@ -258,6 +258,19 @@ impl Recorder {
             })
             .map(|id| id.original().to_vec())
             .collect())
+    }
+
+    /// Cancelled when the server shuts down: faces holding recordings open let go of them.
+    pub fn stopping(&self) -> &CancellationToken {
+        &self.stopping
+    }
+
+    /// Opens a byte replay of conversation `id` from byte `offset`: as
+    /// [`replay`](Self::replay), with offsets and cuts anywhere (the HTTP face's reads).
+    ///
+    /// Fails as [`replay`](Self::replay) does, but never with `OffsetInsideCharacter`.
+    pub async fn replay_bytes(&self, id: &ConversationId, offset: u64) -> Result<Replay> {
+        Replay::open(self.recordings.clone(), id, offset, false).await
     }
 
     /// What a new recording does to a conversation's live one.

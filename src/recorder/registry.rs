@@ -17,7 +17,9 @@ use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store};
+use crate::store::{
+    Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store, StreamRow,
+};
 
 /// What a new recording does to a conversation's live one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -235,10 +237,23 @@ impl Recordings {
         id: &ConversationId,
         retention_ms: Option<u64>,
     ) -> Result<TapeWriter> {
+        self.start_with_row(id, retention_ms, None).await
+    }
+
+    /// As [`start`](Self::start), with `stream_row` as the new recording's `streams` row,
+    /// written in the same commit (a stream created over HTTP).
+    ///
+    /// Fails as [`start`](Self::start) does.
+    pub async fn start_with_row(
+        &self,
+        id: &ConversationId,
+        retention_ms: Option<u64>,
+        stream_row: Option<&StreamRow>,
+    ) -> Result<TapeWriter> {
         let registry = self.registry.clone();
         let starting = id.clone();
         let (tape, _) = self
-            .admit(id, retention_ms, move |admission| {
+            .admit(id, retention_ms, stream_row, move |admission| {
                 let generation = admission.previous.map_or(1, |p| p.generation + 1);
                 let opening = fresh(generation, admission.now_ms);
                 let (tape, replaced) = registry.admit(starting, opening)?;
@@ -255,6 +270,7 @@ impl Recordings {
         &self,
         id: &ConversationId,
         retention_ms: Option<u64>,
+        stream_row: Option<&StreamRow>,
         decide: impl FnOnce(Admission<'_>) -> Result<(Arc<Tape>, Option<Arc<Tape>>, bool)>
         + Send
         + 'static,
@@ -269,7 +285,9 @@ impl Recordings {
                 reopen,
             })
         });
-        self.store.start(id, retention_ms, admit).await?;
+        self.store
+            .start(id, retention_ms, stream_row, admit)
+            .await?;
         let made = tape.await.map_err(|_| Error::ShuttingDown)?;
         self.registry.changes.mark(id.key());
         Ok(made)

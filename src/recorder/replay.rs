@@ -4,6 +4,7 @@
 //! chunked replay sends one message per recorded chunk instead.
 use std::sync::Arc;
 
+use bytes::{Bytes, BytesMut};
 use tokio::sync::watch;
 
 use super::registry::Recordings;
@@ -19,13 +20,24 @@ pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
 /// One message of a replay.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Piece {
-    /// The text, whole UTF-8 characters.
-    pub text: String,
+    /// The bytes; in a text replay, whole UTF-8 characters.
+    pub data: Bytes,
     /// Byte offset just after `text`.
     pub end_offset: u64,
     /// In a chunked replay, the recorded chunk this is (the rest of, when the replay began
     /// inside it).
     pub chunk: Option<ChunkMark>,
+}
+
+impl Piece {
+    /// The piece's text. A text replay opens only on a UTF-8 recording and cuts pieces only
+    /// at character boundaries, so nothing is ever replaced here.
+    pub fn into_text(self) -> String {
+        match String::from_utf8(self.data.into()) {
+            Ok(text) => text,
+            Err(err) => String::from_utf8_lossy(err.as_bytes()).into_owned(),
+        }
+    }
 }
 
 /// Which recorded chunk a message of a chunked replay carries.
@@ -68,6 +80,8 @@ pub struct Replay {
     ended: Option<Status>,
     /// One message per recorded chunk.
     chunked: bool,
+    /// Offsets and cuts must fall on UTF-8 character boundaries (a text replay).
+    text: bool,
 }
 
 impl Replay {
@@ -75,6 +89,7 @@ impl Replay {
         recordings: Recordings,
         id: &ConversationId,
         offset: u64,
+        text: bool,
     ) -> Result<Replay> {
         let (source, generation) = Self::find(&recordings, id).await?;
         let mut replay = Replay {
@@ -88,6 +103,7 @@ impl Replay {
             pending_seek: (offset > 0).then_some(offset),
             ended: None,
             chunked: false,
+            text,
         };
         // Seek now when the offset is already committed, so a bad offset fails the call itself.
         let progress = replay.progress();
@@ -190,6 +206,18 @@ impl Replay {
     /// As [`next`](Self::next), with messages of at most `max_bytes` (clamped to 4 bytes ..=
     /// [`MAX_MESSAGE_BYTES`], so that any UTF-8 character fits).
     pub async fn next_up_to(&mut self, max_bytes: usize) -> Result<Option<Piece>> {
+        self.fetch(max_bytes, true).await
+    }
+
+    /// As [`next_up_to`](Self::next_up_to), without waiting: `None` also when the replay has
+    /// caught up with a live recording ([`ending`](Self::ending) tells the two apart).
+    ///
+    /// Fails as [`next`](Self::next) does.
+    pub async fn next_ready(&mut self, max_bytes: usize) -> Result<Option<Piece>> {
+        self.fetch(max_bytes, false).await
+    }
+
+    async fn fetch(&mut self, max_bytes: usize, wait: bool) -> Result<Option<Piece>> {
         let max_bytes = max_bytes.clamp(4, MAX_MESSAGE_BYTES);
         loop {
             if self.ended.is_some() {
@@ -231,6 +259,9 @@ impl Replay {
                 }
             } else if !progress.status.is_live() {
                 self.ended = Some(progress.status);
+                return Ok(None);
+            }
+            if !wait {
                 return Ok(None);
             }
             self.wait_for_change().await;
@@ -310,10 +341,7 @@ impl Replay {
         let first = chunk.first().ok_or_else(|| Error::Corrupt {
             detail: "located chunk is missing".into(),
         })?;
-        if !first
-            .text
-            .is_char_boundary((offset - first.offset) as usize)
-        {
+        if self.text && !is_char_boundary(&first.data, (offset - first.offset) as usize) {
             return Err(Error::OffsetInsideCharacter { offset });
         }
         Ok(())
@@ -342,14 +370,11 @@ impl Replay {
 
     /// The rest of `chunk` from the current position, as one message.
     fn whole_chunk(&mut self, chunk: &Chunk) -> Result<Piece> {
-        let skip = (self.position - chunk.offset) as usize;
-        let text = chunk.text.get(skip..).ok_or(Error::OffsetInsideCharacter {
-            offset: self.position,
-        })?;
+        let rest = self.rest_of(chunk)?;
         self.position = chunk.end();
         self.next_index = chunk.index + 1;
         Ok(Piece {
-            text: text.to_string(),
+            data: rest,
             end_offset: self.position,
             chunk: Some(ChunkMark {
                 index: chunk.index,
@@ -361,32 +386,76 @@ impl Replay {
     /// Joins chunks, from the current position, into one message of at most
     /// `max_bytes`, splitting a large chunk at a character boundary.
     fn coalesce(&mut self, chunks: &[Chunk], max_bytes: usize) -> Result<Piece> {
-        let mut text = String::new();
         let from = self.next_index;
-        for chunk in chunks.iter().filter(|c| c.index >= from) {
-            let skip = (self.position - chunk.offset) as usize;
-            let rest = chunk.text.get(skip..).ok_or(Error::OffsetInsideCharacter {
-                offset: self.position,
-            })?;
-            let room = max_bytes - text.len();
-            if rest.len() <= room {
-                text.push_str(rest);
+        let mut pending = chunks.iter().filter(|c| c.index >= from);
+        let Some(first) = pending.next() else {
+            return Ok(self.piece(Bytes::new()));
+        };
+        let rest = self.rest_of(first)?;
+        if rest.len() > max_bytes {
+            let cut = self.cut(&rest, max_bytes);
+            self.position += cut as u64;
+            return Ok(self.piece(rest.slice(..cut)));
+        }
+        self.position = first.end();
+        self.next_index = first.index + 1;
+        let mut data = BytesMut::from(&rest[..]);
+        for chunk in pending {
+            let room = max_bytes - data.len();
+            if room == 0 {
+                break;
+            }
+            if chunk.data.len() <= room {
+                data.extend_from_slice(&chunk.data);
                 self.position = chunk.end();
                 self.next_index = chunk.index + 1;
             } else {
-                let cut = rest.floor_char_boundary(room);
-                text.push_str(&rest[..cut]);
+                let cut = self.cut(&chunk.data, room);
+                data.extend_from_slice(&chunk.data[..cut]);
                 self.position += cut as u64;
                 break;
             }
-            if text.len() == max_bytes {
-                break;
-            }
         }
-        Ok(Piece {
-            text,
+        Ok(self.piece(data.freeze()))
+    }
+
+    fn piece(&self, data: Bytes) -> Piece {
+        Piece {
+            data,
             end_offset: self.position,
             chunk: None,
-        })
+        }
+    }
+
+    /// What of `chunk` is left from the current position.
+    fn rest_of(&self, chunk: &Chunk) -> Result<Bytes> {
+        let skip = (self.position - chunk.offset) as usize;
+        if skip > chunk.data.len() || (self.text && !is_char_boundary(&chunk.data, skip)) {
+            return Err(Error::OffsetInsideCharacter {
+                offset: self.position,
+            });
+        }
+        Ok(chunk.data.slice(skip..))
+    }
+
+    /// Where to cut `data` to keep at most `room` bytes: at a character boundary in a text
+    /// replay.
+    fn cut(&self, data: &[u8], room: usize) -> usize {
+        if !self.text {
+            return room;
+        }
+        (0..=room)
+            .rev()
+            .find(|&at| is_char_boundary(data, at))
+            .unwrap_or(0)
+    }
+}
+
+/// Whether byte `at` of UTF-8 text `data` starts a character (or is its end).
+fn is_char_boundary(data: &[u8], at: usize) -> bool {
+    match data.get(at) {
+        None => at == data.len(),
+        // Continuation bytes are 0b10xx_xxxx.
+        Some(&byte) => (byte as i8) >= -0x40,
     }
 }

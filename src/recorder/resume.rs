@@ -48,7 +48,7 @@ impl Recordings {
             let registry = self.registry.clone();
             let resuming = id.clone();
             let admitted = self
-                .admit(id, retention_ms, move |admission| {
+                .admit(id, retention_ms, None, move |admission| {
                     if registry.lock().contains_key(&resuming.key()) {
                         return Err(Error::RecordingEnded);
                     }

@@ -53,7 +53,7 @@ pub async fn sweep_once(recordings: &Recordings, idle_timeout: Duration) -> Resu
     let now = store.clock().now_ms();
     let idle_ms = idle_timeout.as_millis() as u64;
     for tape in recordings.live_tapes() {
-        if now.saturating_sub(tape.last_activity_ms()) >= idle_ms {
+        if !tape.is_held_open() && now.saturating_sub(tape.last_activity_ms()) >= idle_ms {
             let message = format!("no token for {}s (idle timeout)", idle_timeout.as_secs());
             if recordings
                 .end(&tape, Status::Interrupted, Some(message))

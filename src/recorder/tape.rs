@@ -12,13 +12,16 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
+use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::registry::Registry;
 use super::status::{Progress, Status};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{Chunk, Committed, EndIf, LiveRecording, Resumed, Store};
+use crate::store::{
+    Batch, BatchCommitted, Chunk, Committed, EndIf, LiveRecording, Resumed, Store, StreamRow,
+};
 
 /// Recent chunks kept in memory per live recording; older ones are read from the store.
 const TAIL_MAX_CHUNKS: usize = 512;
@@ -61,6 +64,8 @@ pub struct Tape {
     timed_chunks: bool,
     /// Replays following it now.
     readers: AtomicU64,
+    /// Held open by the HTTP face: it ends when closed or expired, never for being idle.
+    held_open: AtomicBool,
     /// The registry it is listed in while live; it leaves it when its end is published.
     registry: Weak<Registry>,
     started: Instant,
@@ -102,6 +107,7 @@ impl Tape {
             holder: watch::Sender::new(holder),
             timed_chunks: opening.timed_chunks,
             readers: AtomicU64::new(0),
+            held_open: AtomicBool::new(false),
             registry,
             started: Instant::now(),
         }
@@ -171,6 +177,16 @@ impl Tape {
             }
             detaching
         })
+    }
+
+    /// Exempts it from the idle timeout: a Durable Streams stream stays open until closed.
+    pub fn hold_open(&self) {
+        self.held_open.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether [`hold_open`](Self::hold_open) was called.
+    pub fn is_held_open(&self) -> bool {
+        self.held_open.load(Ordering::Relaxed)
     }
 
     /// Replays following it now.
@@ -278,14 +294,14 @@ impl LiveRecording for Tape {
             let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
             let tail = &mut *tail;
             for chunk in chunks {
-                tail.bytes += chunk.text.len();
+                tail.bytes += chunk.data.len();
                 tail.chunks.push_back(chunk);
             }
             while tail.chunks.len() > 1
                 && (tail.chunks.len() > TAIL_MAX_CHUNKS || tail.bytes > TAIL_MAX_BYTES)
             {
                 if let Some(old) = tail.chunks.pop_front() {
-                    tail.bytes -= old.text.len();
+                    tail.bytes -= old.data.len();
                 }
             }
         }
@@ -376,10 +392,19 @@ impl TapeWriter {
     ///
     /// Fails with `ShuttingDown` when the store is closed.
     pub async fn append(&mut self, text: &str) -> Result<Committed> {
+        self.append_bytes(Bytes::copy_from_slice(text.as_bytes()))
+            .await
+    }
+
+    /// As [`append`](Self::append), for any bytes (a byte stream's).
+    ///
+    /// Fails as [`append`](Self::append) does.
+    pub async fn append_bytes(&mut self, data: Bytes) -> Result<Committed> {
+        let len = data.len() as u64;
         let chunk = Chunk {
             index: self.next_index,
             offset: self.next_offset,
-            text: Arc::from(text),
+            data,
             committed_ms: 0,
         };
         let committed = self
@@ -387,7 +412,42 @@ impl TapeWriter {
             .append(self.tape.clone(), self.session, chunk)
             .await?;
         self.next_index += 1;
-        self.next_offset += text.len() as u64;
+        self.next_offset += len;
+        Ok(committed)
+    }
+
+    /// Queues `data` as the next chunks, with the recording's new `streams` row and, if
+    /// `end` is given, its end, all in one commit. The returned handle resolves after it.
+    ///
+    /// Fails with `ShuttingDown` when the store is closed.
+    pub async fn write_batch(
+        &mut self,
+        data: Vec<Bytes>,
+        row: Option<StreamRow>,
+        end: Option<Status>,
+    ) -> Result<BatchCommitted> {
+        let mut chunks = Vec::with_capacity(data.len());
+        let (mut index, mut offset) = (self.next_index, self.next_offset);
+        for data in data {
+            let len = data.len() as u64;
+            chunks.push(Chunk {
+                index,
+                offset,
+                data,
+                committed_ms: 0,
+            });
+            index += 1;
+            offset += len;
+        }
+        let batch = Batch { chunks, row, end };
+        let committed = self
+            .store
+            .write_batch(self.tape.clone(), self.session, batch)
+            .await?;
+        (self.next_index, self.next_offset) = (index, offset);
+        if end.is_some() {
+            self.finished = true;
+        }
         Ok(committed)
     }
 

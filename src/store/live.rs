@@ -4,6 +4,8 @@
 //! readers see are decided in one order, after each commit.
 use std::sync::Arc;
 
+use bytes::Bytes;
+
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
@@ -15,10 +17,10 @@ use crate::store::RecordingMeta;
 pub struct Chunk {
     /// Position in the recording, from 0.
     pub index: u64,
-    /// UTF-8 byte offset of the chunk's first byte in the recording.
+    /// Byte offset of the chunk's first byte in the recording.
     pub offset: u64,
-    /// The chunk's text.
-    pub text: Arc<str>,
+    /// The chunk's bytes: UTF-8 text in a text recording, anything in a byte stream.
+    pub data: Bytes,
     /// When the commit that stored it began, in ms since the epoch; 0 before it is committed,
     /// and for chunks stored before schema 3.
     pub committed_ms: u64,
@@ -27,7 +29,7 @@ pub struct Chunk {
 impl Chunk {
     /// Byte offset just after this chunk.
     pub fn end(&self) -> u64 {
-        self.offset + self.text.len() as u64
+        self.offset + self.data.len() as u64
     }
 }
 

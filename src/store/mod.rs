@@ -19,6 +19,7 @@
 //!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
 //!   rows, tombstones and pages of them.
 
+mod batch;
 mod database;
 mod journal;
 mod listing;
@@ -30,6 +31,7 @@ mod reads;
 mod recovery;
 pub mod schema;
 mod stored;
+mod stream_row;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -54,7 +56,9 @@ pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording
 pub use pipeline::EndIf;
 pub use pipeline::SweepReport;
 use pipeline::{Op, Writer, WriterSettings};
+pub use batch::{Batch, BatchCommitted};
 pub use recovery::RecoveredLive;
+pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
 pub use schema::{Gone, RecordingMeta, Tombstone};
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
@@ -169,7 +173,8 @@ impl Store {
     /// Starts a recording of `id`: a new one replacing (and deleting, in the same commit)
     /// whatever the conversation held before, or the stored one made live again, as `admit`
     /// decides in queue order; a live recording it replaces is told it was superseded after
-    /// the commit. A new recording is kept for `retention_ms` once finished, when given.
+    /// the commit. A new recording is kept for `retention_ms` once finished, when given, and
+    /// gets `stream_row` as its `streams` row in the same commit.
     /// Returns once the start is committed.
     ///
     /// Fails with `admit`'s refusal, `ShuttingDown`, or a storage error.
@@ -177,13 +182,16 @@ impl Store {
         &self,
         id: &ConversationId,
         retention_ms: Option<u64>,
+        stream_row: Option<&StreamRow>,
         admit: Admit,
     ) -> Result<()> {
         let (done, answer) = oneshot::channel();
         let id = id.clone();
+        let stream_row = stream_row.map(StreamRow::encode).transpose()?;
         let op = Op::Start {
             id,
             retention_ms,
+            stream_row,
             admit,
             done,
         };

@@ -28,6 +28,8 @@ pub(crate) enum Op {
         id: ConversationId,
         /// The recording's own retention, if its producer chose one.
         retention_ms: Option<u64>,
+        /// The new recording's `streams` row, when it is made over HTTP.
+        stream_row: Option<Vec<u8>>,
         admit: Admit,
         done: oneshot::Sender<Result<()>>,
     },
@@ -71,21 +73,41 @@ pub(crate) enum Op {
         max_chunks: u64,
         done: oneshot::Sender<Result<SweepReport>>,
     },
+    /// Writes (or removes, with `None`) the `streams` row of a recording; answers `true`.
+    PutStreamRow {
+        key: u128,
+        row: Option<Vec<u8>>,
+        done: oneshot::Sender<Result<bool>>,
+    },
+    /// Ops applied in order in one transaction: all of them are committed, or none.
+    Together(Vec<Op>),
     /// Commits what is queued, then stops the pipeline; later submissions fail.
     Close,
 }
 
 impl Op {
-    /// The op's waiter, to answer it without applying it.
-    pub(super) fn into_waiter(self) -> Option<(Waiter, Option<Live>)> {
+    /// The op's waiters (a group has several), to answer them without applying the op.
+    pub(super) fn into_waiters(self) -> Vec<(Waiter, Option<Live>)> {
         match self {
-            Op::Start { done, .. } => Some((Waiter::Started(done), None)),
-            Op::Attach { live, done, .. } => Some((Waiter::Attached(done), Some(live))),
-            Op::Append { live, done, .. } => Some((Waiter::Appended(done), Some(live))),
-            Op::Finish { live, done, .. } => Some((Waiter::Flag(done), Some(live))),
-            Op::Delete { done, .. } | Op::Purge { done, .. } => Some((Waiter::Flag(done), None)),
-            Op::Sweep { done, .. } => Some((Waiter::Swept(done), None)),
-            Op::Close => None,
+            Op::Start { done, .. } => vec![(Waiter::Started(done), None)],
+            Op::Attach { live, done, .. } => vec![(Waiter::Attached(done), Some(live))],
+            Op::Append { live, done, .. } => vec![(Waiter::Appended(done), Some(live))],
+            Op::Finish { live, done, .. } => vec![(Waiter::Flag(done), Some(live))],
+            Op::Delete { done, .. } | Op::Purge { done, .. } | Op::PutStreamRow { done, .. } => {
+                vec![(Waiter::Flag(done), None)]
+            }
+            Op::Sweep { done, .. } => vec![(Waiter::Swept(done), None)],
+            Op::Together(ops) => ops.into_iter().flat_map(Op::into_waiters).collect(),
+            Op::Close => Vec::new(),
+        }
+    }
+
+    /// Whether applying it grows the file (refused while the disk is full).
+    fn grows(&self) -> bool {
+        match self {
+            Op::Start { .. } | Op::Append { .. } => true,
+            Op::Together(ops) => ops.iter().any(Op::grows),
+            _ => false,
         }
     }
 }
@@ -182,7 +204,7 @@ impl Writer {
             // The disk is full: what would grow the file fails now, ending its recording.
             let (refused, rest): (Vec<Op>, Vec<Op>) = batch
                 .drain(..)
-                .partition(|op| matches!(op, Op::Start { .. } | Op::Append { .. }));
+                .partition(Op::grows);
             *batch = rest;
             if !refused.is_empty() {
                 self.fail(Vec::new(), refused, err);
@@ -271,6 +293,7 @@ impl Writer {
             Op::Start {
                 id,
                 retention_ms,
+                stream_row,
                 admit,
                 done,
             } => {
@@ -306,7 +329,11 @@ impl Writer {
                 t.delete_recording(key)?;
                 let mut meta = RecordingMeta::started(&id, generation, t.now);
                 meta.retention_ms = retention_ms;
-                t.start_recording(key, meta)
+                t.start_recording(key, meta)?;
+                match stream_row {
+                    Some(row) => t.put_stream_row(key, Some(&row)),
+                    None => Ok(()),
+                }
             }
             Op::Attach {
                 live,
@@ -428,6 +455,31 @@ impl Writer {
                     }
                 }
             }
+            Op::PutStreamRow { key, row, done } => {
+                match t.put_stream_row(key, row.as_deref()) {
+                    Ok(()) => {
+                        effects.push(Effect::Answered(done, true));
+                        Ok(())
+                    }
+                    Err(err) => {
+                        effects.push(Effect::Refused(Waiter::Flag(done)));
+                        Err(err)
+                    }
+                }
+            }
+            Op::Together(ops) => {
+                let mut ops = ops.into_iter();
+                while let Some(op) = ops.next() {
+                    if let Err(err) = self.apply(t, op, effects) {
+                        // The rest were never applied: the whole transaction fails with them.
+                        for (waiter, _) in ops.flat_map(Op::into_waiters) {
+                            effects.push(Effect::Refused(waiter));
+                        }
+                        return Err(err);
+                    }
+                }
+                Ok(())
+            }
             Op::Close => Ok(()),
         }
     }
@@ -436,7 +488,11 @@ impl Writer {
 /// How many ops `batch` holds, and the chunks and bytes its appends carry.
 fn appended(batch: &[Op]) -> (usize, u64, u64) {
     let (tokens, bytes) = batch.iter().fold((0, 0), |(tokens, bytes), op| match op {
-        Op::Append { chunk, .. } => (tokens + 1, bytes + chunk.text.len() as u64),
+        Op::Append { chunk, .. } => (tokens + 1, bytes + chunk.data.len() as u64),
+        Op::Together(ops) => {
+            let (_, more_tokens, more_bytes) = appended(ops);
+            (tokens + more_tokens, bytes + more_bytes)
+        }
         _ => (tokens, bytes),
     });
     (batch.len(), tokens, bytes)

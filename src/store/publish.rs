@@ -175,7 +175,7 @@ impl Writer {
             waiters.push(waiter);
             touched.iter().for_each(|live| add_once(&mut failed, live));
         }
-        for (waiter, live) in unapplied.into_iter().filter_map(Op::into_waiter) {
+        for (waiter, live) in unapplied.into_iter().flat_map(Op::into_waiters) {
             waiters.push(waiter);
             // A recording that ended before this batch keeps the status it ended with.
             if let Some(live) = live.filter(|live| !live.is_closed()) {

@@ -120,7 +120,7 @@ impl Store {
         .await
     }
 
-    async fn read<T: Send + 'static>(
+    pub(super) async fn read<T: Send + 'static>(
         &self,
         read: impl FnOnce(&redb::ReadTransaction) -> Result<T> + Send + 'static,
     ) -> Result<T> {

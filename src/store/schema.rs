@@ -201,7 +201,7 @@ pub(crate) struct StoredChunk<'a> {
     pub(crate) offset: u64,
     /// Commit time in ms since the epoch; 0 when the layout has none.
     pub(crate) committed_ms: u64,
-    pub(crate) text: &'a str,
+    pub(crate) data: &'a [u8],
 }
 
 /// Encodes a chunk value into `value`, replacing what it held.
@@ -210,14 +210,14 @@ pub(crate) fn encode_chunk_into(
     layout: ChunkLayout,
     offset: u64,
     committed_ms: u64,
-    text: &str,
+    data: &[u8],
 ) {
     value.clear();
     value.extend_from_slice(&offset.to_le_bytes());
     if layout == ChunkLayout::Timed {
         value.extend_from_slice(&committed_ms.to_le_bytes());
     }
-    value.extend_from_slice(text.as_bytes());
+    value.extend_from_slice(data);
 }
 
 /// Length of a journal value's head: conversation and chunk index.
@@ -230,7 +230,7 @@ pub(crate) fn encode_journal_into(
     key: u128,
     index: u64,
     layout: ChunkLayout,
-    chunk: (u64, u64, &str),
+    chunk: (u64, u64, &[u8]),
 ) {
     value.clear();
     value.extend_from_slice(&key.to_le_bytes());
@@ -239,7 +239,7 @@ pub(crate) fn encode_journal_into(
     if layout == ChunkLayout::Timed {
         value.extend_from_slice(&chunk.1.to_le_bytes());
     }
-    value.extend_from_slice(chunk.2.as_bytes());
+    value.extend_from_slice(chunk.2);
 }
 
 /// The conversation and chunk index of a journal value, and the chunk value it carries.
@@ -282,14 +282,11 @@ pub(crate) fn decode_chunk(value: &[u8], layout: ChunkLayout) -> Result<StoredCh
                 .ok_or_else(short)?,
         ),
     };
-    let text = value.get(layout.head()..).ok_or_else(short)?;
-    let text = std::str::from_utf8(text).map_err(|_| Error::Corrupt {
-        detail: "a chunk's text is not UTF-8".into(),
-    })?;
+    let data = value.get(layout.head()..).ok_or_else(short)?;
     Ok(StoredChunk {
         offset,
         committed_ms,
-        text,
+        data,
     })
 }
 

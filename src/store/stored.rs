@@ -1,8 +1,6 @@
 //! One recording's committed chunks as a read transaction sees them: the folded prefix in
 //! `chunks`, the rest in `journal`, found through a [`JournalView`] taken before the
 //! transaction began.
-use std::sync::Arc;
-
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
@@ -144,15 +142,15 @@ impl Batch {
     /// Adds the chunk stored as `value`; false once the budget is spent.
     fn push(&mut self, value: &[u8]) -> Result<bool> {
         let stored = schema::decode_chunk(value, self.layout)?;
-        let text = stored.text;
-        if !self.chunks.is_empty() && self.bytes + text.len() > self.max_bytes {
+        let data = stored.data;
+        if !self.chunks.is_empty() && self.bytes + data.len() > self.max_bytes {
             return Ok(false);
         }
-        self.bytes += text.len();
+        self.bytes += data.len();
         self.chunks.push(Chunk {
             index: self.next_index(),
             offset: stored.offset,
-            text: Arc::from(text),
+            data: bytes::Bytes::copy_from_slice(data),
             committed_ms: stored.committed_ms,
         });
         Ok(self.bytes < self.max_bytes)

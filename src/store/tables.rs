@@ -9,6 +9,7 @@ use redb::ReadableTable;
 use super::journal::{DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
 use super::live::Chunk;
 use super::pipeline::SweepReport;
+use super::stream_row::{STREAMS, StreamRow};
 use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, JOURNAL, RECORDINGS, RecordingMeta, STARTED,
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
@@ -40,6 +41,7 @@ pub(super) struct Tables<'a, 'txn> {
     started: redb::Table<'txn, (u64, u128), ()>,
     tombstones: redb::Table<'txn, u128, &'static [u8]>,
     tombstone_expiry: redb::Table<'txn, (u64, u128), ()>,
+    streams: redb::Table<'txn, u128, &'static [u8]>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     metas: MetaCache,
@@ -66,6 +68,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             started: txn.open_table(STARTED).map_err(Error::storage)?,
             tombstones: txn.open_table(TOMBSTONES).map_err(Error::storage)?,
             tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
+            streams: txn.open_table(STREAMS).map_err(Error::storage)?,
             index,
             delta,
             metas: MetaCache::default(),
@@ -133,8 +136,8 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         chunk: &Chunk,
     ) -> Result<()> {
         self.appended.insert(key, (chunk.index + 1, chunk.end()));
-        let (offset, time, text) = (chunk.offset, chunk.committed_ms, &*chunk.text);
-        if chunk.text.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
+        let (offset, time, text) = (chunk.offset, chunk.committed_ms, &chunk.data[..]);
+        if chunk.data.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
             schema::encode_chunk_into(&mut self.scratch, layout, offset, time, text);
             self.chunks
                 .insert((key, chunk.index), self.scratch.as_slice())
@@ -250,7 +253,8 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok((deleted, true))
     }
 
-    /// Removes a recording's row and its entries in the schedules.
+    /// Removes a recording's row, its entries in the schedules, and its `streams` row (a
+    /// fork's source then counts one fork less).
     fn forget_row(&mut self, key: u128, old: &RecordingMeta) -> Result<()> {
         if let Some(expires) = old.expires_at_ms {
             self.expiry.remove((expires, key)).map_err(Error::storage)?;
@@ -259,7 +263,49 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             .remove((old.created_ms, key))
             .map_err(Error::storage)?;
         self.set_meta(key, None);
+        if let Some(row) = self.stream_row(key)? {
+            self.streams.remove(key).map_err(Error::storage)?;
+            if let Some(fork) = row.fork {
+                self.release_fork(fork.source)?;
+            }
+        }
         Ok(())
+    }
+
+    /// The `streams` row of `key`, if it has one.
+    pub(super) fn stream_row(&self, key: u128) -> Result<Option<StreamRow>> {
+        match self.streams.get(key).map_err(Error::storage)? {
+            Some(bytes) => Ok(Some(StreamRow::decode(bytes.value())?)),
+            None => Ok(None),
+        }
+    }
+
+    /// Writes (or, with `None`, removes) the `streams` row of `key`.
+    pub(super) fn put_stream_row(&mut self, key: u128, row: Option<&[u8]>) -> Result<()> {
+        match row {
+            Some(bytes) => self.streams.insert(key, bytes).map(drop),
+            None => self.streams.remove(key).map(drop),
+        }
+        .map_err(Error::storage)
+    }
+
+    /// One fork of `source` is gone: a source deleted while forked is deleted now that its
+    /// last fork is.
+    fn release_fork(&mut self, source: u128) -> Result<()> {
+        let Some(mut row) = self.stream_row(source)? else {
+            return Ok(());
+        };
+        row.forks = row.forks.saturating_sub(1);
+        self.put_stream_row(source, Some(&row.encode()?))?;
+        if row.forks == 0 && row.soft_deleted {
+            self.mark_deleted(source)?;
+        }
+        Ok(())
+    }
+
+    /// Whether forks still read from `key`: then it stays, whatever its expiry says.
+    fn pinned(&self, key: u128) -> Result<bool> {
+        Ok(self.stream_row(key)?.is_some_and(|row| row.forks > 0))
     }
 
     fn bury(&mut self, key: u128, tombstone: &schema::Tombstone) -> Result<()> {
@@ -308,6 +354,16 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let mut report = SweepReport::default();
         let due = due_by(&self.expiry, self.now)?;
         for (expires, key) in due {
+            if self.pinned(key)? {
+                // Out of the schedule; deleted with its last fork (see `release_fork`).
+                self.expiry.remove((expires, key)).map_err(Error::storage)?;
+                let cached = self.cached(key)?;
+                if let Some(meta) = cached.row.as_mut() {
+                    meta.expires_at_ms = None;
+                    cached.dirty = true;
+                }
+                continue;
+            }
             let budget = max_chunks - report.chunks_deleted;
             let (deleted, gone) = self.purge(key, budget, tombstone_ms)?;
             report.chunks_deleted += deleted;

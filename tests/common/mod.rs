@@ -522,6 +522,13 @@ pub(crate) fn try_spawn_serving(
         .arg("serve")
         .arg("--data-dir")
         .arg(data_dir)
+        // Tests run many servers at once: the HTTP face only where a test asks for it.
+        .args(
+            (!args.contains(&"--http-listen"))
+                .then_some(["--http-listen", "off"])
+                .into_iter()
+                .flatten(),
+        )
         .args(args)
         .stderr(std::process::Stdio::piped())
         .spawn()
@@ -735,7 +742,7 @@ impl TestServer {
         let (shutdown, stop) = oneshot::channel::<()>();
         let data_dir = config.data_dir.clone();
         let task = tokio::spawn(async move {
-            tapedeck::server::run(listener, store, &config, async {
+            tapedeck::server::run(listener, None, store, &config, async {
                 let _ = stop.await;
             })
             .await

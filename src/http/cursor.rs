@@ -1,0 +1,42 @@
+//! `Stream-Cursor`: the number of 20-second intervals since 2024-10-09T00:00:00Z, which a
+//! client echoes so that caches key live reads by time; never at or below the client's own
+//! cursor (jittered past it), so that a cached response cannot loop.
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+/// 2024-10-09T00:00:00Z, in seconds since the Unix epoch.
+const CURSOR_EPOCH_SECS: u64 = 1_728_432_000;
+const INTERVAL: Duration = Duration::from_secs(20);
+/// Most jitter added past a client's cursor, in intervals (an hour).
+const MAX_JITTER_INTERVALS: u64 = 180;
+
+/// The cursor for a live response to a request that echoed `client` (if any).
+pub(crate) fn next(client: Option<&str>) -> String {
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap_or_default()
+        .as_secs();
+    let current = now.saturating_sub(CURSOR_EPOCH_SECS) / INTERVAL.as_secs();
+    let client = client.and_then(|c| c.parse::<u64>().ok());
+    let cursor = match client {
+        Some(client) if client >= current => {
+            let jitter = 1 + uuid::Uuid::new_v4().as_u128() as u64 % MAX_JITTER_INTERVALS;
+            client.saturating_add(jitter)
+        }
+        _ => current,
+    };
+    cursor.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cursors_move_past_the_clients() {
+        let now: u64 = next(None).parse().unwrap();
+        assert!(now > 0);
+        let ahead = (now + 50).to_string();
+        let next: u64 = next(Some(&ahead)).parse().unwrap();
+        assert!(next > now + 50 && next <= now + 50 + MAX_JITTER_INTERVALS);
+    }
+}

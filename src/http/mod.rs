@@ -1,0 +1,327 @@
+//! The HTTP face: the Durable Streams protocol at `/v1/stream/{path}`, on the same recorder
+//! and store as the gRPC APIs. A conversation id in text form is a stream path.
+//!
+//! # Layout
+//! - `streams`: the handles of streams made over HTTP (row, producer session, lock).
+//! - `write`: create (forks too), append, close, delete; `producer`: idempotent producers;
+//!   `json`: JSON mode.
+//! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
+//! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
+//! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
+mod access;
+mod cursor;
+mod json;
+mod offset;
+mod producer;
+mod read;
+mod reply;
+mod request;
+mod sse;
+mod streams;
+mod write;
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{Path, Request, State};
+use axum::response::{IntoResponse, Response};
+use http::{HeaderValue, Method, StatusCode};
+use tokio::net::TcpListener;
+use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+
+use crate::access::{Guard, Operation};
+use crate::error::{Error, Result};
+use crate::id::ConversationId;
+use crate::recorder::Recorder;
+use offset::ReadFrom;
+use reply::{Replied, Reply};
+use streams::Streams;
+
+/// Largest request body accepted, in bytes.
+const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
+/// Where streams live.
+const STREAM_PREFIX: &str = "/v1/stream/";
+
+/// The HTTP face's state, shared by every request.
+pub struct HttpFace {
+    recorder: Recorder,
+    streams: Arc<Streams>,
+    guard: Guard,
+}
+
+impl HttpFace {
+    /// A face over `recorder`, admitting the callers `guard` does.
+    pub fn new(recorder: Recorder, guard: Guard) -> Arc<Self> {
+        Arc::new(Self {
+            streams: Arc::new(Streams::new(recorder.clone())),
+            recorder,
+            guard,
+        })
+    }
+
+    fn location(&self, id: &ConversationId) -> String {
+        format!("{STREAM_PREFIX}{id}")
+    }
+}
+
+/// Serves the HTTP face on `listener` until `shutdown` resolves: takes over the streams the
+/// last run left open, expires streams every `sweep_interval`, and lets go of open streams
+/// when the recorder stops.
+///
+/// Fails when the listener breaks, or the open streams cannot be read.
+pub async fn serve(
+    listener: TcpListener,
+    face: Arc<HttpFace>,
+    sweep_interval: std::time::Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let adopted = face.streams.adopt_open().await?;
+    if adopted > 0 {
+        tracing::info!(streams = adopted, "took over open streams");
+    }
+    let addr = listener.local_addr().map_err(|source| Error::Listener {
+        addr: "the HTTP listener".into(),
+        source,
+    })?;
+    tracing::info!(%addr, "HTTP face (Durable Streams) listening");
+    let sweeper = tokio::spawn(sweep(face.clone(), sweep_interval));
+    let releasing = face.clone();
+    let release = tokio::spawn(async move {
+        releasing.recorder.stopping().cancelled().await;
+        releasing.streams.release_all().await;
+    });
+    let served = axum::serve(listener, router(face))
+        .with_graceful_shutdown(shutdown)
+        .await;
+    sweeper.abort();
+    release.abort();
+    served.map_err(|source| Error::Listener {
+        addr: addr.to_string(),
+        source,
+    })
+}
+
+/// Expires streams on a schedule (requests also notice expiry as they come).
+async fn sweep(face: Arc<HttpFace>, interval: std::time::Duration) {
+    let mut ticker = tokio::time::interval(interval.max(std::time::Duration::from_millis(100)));
+    loop {
+        ticker.tick().await;
+        face.streams.expire().await;
+    }
+}
+
+fn router(face: Arc<HttpFace>) -> Router {
+    let exposed: Vec<http::HeaderName> = reply::EXPOSED
+        .iter()
+        .map(|h| http::HeaderName::from_static(h))
+        .collect();
+    let cors = CorsLayer::new()
+        .allow_origin(AllowOrigin::any())
+        .allow_methods([
+            Method::GET,
+            Method::HEAD,
+            Method::POST,
+            Method::PUT,
+            Method::DELETE,
+            Method::OPTIONS,
+        ])
+        .allow_headers(AllowHeaders::any())
+        .expose_headers(exposed);
+    Router::new()
+        .route("/v1/stream/{*path}", axum::routing::any(dispatch))
+        .fallback(not_a_stream)
+        .with_state(face)
+        .layer(axum::middleware::map_response(security_headers))
+        .layer(cors)
+        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+}
+
+/// Headers every response carries, refusals included.
+async fn security_headers(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-content-type-options",
+        HeaderValue::from_static("nosniff"),
+    );
+    headers.insert(
+        "cross-origin-resource-policy",
+        HeaderValue::from_static("cross-origin"),
+    );
+    response
+}
+
+async fn not_a_stream() -> Response {
+    Reply::refuse(
+        StatusCode::NOT_FOUND,
+        format!("streams are served under {STREAM_PREFIX}{{path}}"),
+    )
+    .into_response()
+}
+
+/// The query parameters the protocol uses; each at most once.
+#[derive(Default)]
+struct Query {
+    offset: Option<String>,
+    live: Option<String>,
+    cursor: Option<String>,
+    token: Option<String>,
+}
+
+impl Query {
+    fn parse(raw: Option<&str>) -> std::result::Result<Query, Reply> {
+        let mut query = Query::default();
+        for (name, value) in form_urlencoded::parse(raw.unwrap_or("").as_bytes()) {
+            let slot = match &*name {
+                "offset" => &mut query.offset,
+                "live" => &mut query.live,
+                "cursor" => &mut query.cursor,
+                "token" => &mut query.token,
+                _ => continue,
+            };
+            if slot.replace(value.into_owned()).is_some() {
+                return Err(Reply::refuse(
+                    StatusCode::BAD_REQUEST,
+                    format!("query parameter {name} is given more than once"),
+                ));
+            }
+        }
+        Ok(query)
+    }
+}
+
+async fn dispatch(
+    State(face): State<Arc<HttpFace>>,
+    Path(path): Path<String>,
+    request: Request,
+) -> Response {
+    match face.handle(path, request).await {
+        Ok(reply) | Err(reply) => reply.into_response(),
+    }
+}
+
+impl HttpFace {
+    async fn handle(&self, path: String, request: Request) -> Replied {
+        let id = ConversationId::parse(path.as_bytes()).map_err(|err| {
+            Reply::refuse(StatusCode::BAD_REQUEST, format!("bad stream path: {err}"))
+        })?;
+        let query = Query::parse(request.uri().query())?;
+        let (parts, body) = request.into_parts();
+        let headers = parts.headers;
+        let principal = access::principal(&self.guard, &headers, query.token.as_deref())?;
+        match parts.method {
+            Method::GET | Method::HEAD => {
+                access::authorize(&principal, Operation::Replay, &id)?;
+                if parts.method == Method::HEAD {
+                    return self.head(&id).await;
+                }
+                self.get(&id, &query, &headers).await
+            }
+            Method::PUT => {
+                access::authorize(&principal, Operation::Record, &id)?;
+                let fork = self.fork_ask(&headers)?;
+                if let Some(fork) = &fork {
+                    access::authorize(&principal, Operation::Replay, &fork.source)?;
+                }
+                let ask = write::Create {
+                    content_type: request::content_type(&headers)?,
+                    ttl_secs: request::ttl(&headers)?,
+                    expires_at_ms: request::expires_at(&headers)?,
+                    closed: request::closing(&headers),
+                    body: read_body(body).await?,
+                    fork,
+                };
+                self.create(&id, ask).await
+            }
+            Method::POST => {
+                access::authorize(&principal, Operation::Record, &id)?;
+                let ask = write::Append {
+                    content_type: request::content_type(&headers)?,
+                    closing: request::closing(&headers),
+                    stream_seq: request::text(&headers, reply::STREAM_SEQ)?.map(str::to_string),
+                    producer: request::producer(&headers)?,
+                    body: read_body(body).await?,
+                };
+                self.append(&id, ask).await
+            }
+            Method::DELETE => {
+                access::authorize(&principal, Operation::Delete, &id)?;
+                self.delete(&id).await
+            }
+            _ => Err(Reply::refuse(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "streams take GET, HEAD, PUT, POST and DELETE",
+            )
+            .header(http::header::ALLOW, "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
+        }
+    }
+
+    async fn get(&self, id: &ConversationId, query: &Query, headers: &http::HeaderMap) -> Replied {
+        let from = ReadFrom::parse(query.offset.as_deref()).ok_or_else(|| {
+            Reply::refuse(
+                StatusCode::BAD_REQUEST,
+                "offset must be -1, now, or a Stream-Next-Offset this server gave",
+            )
+        })?;
+        let cursor = query.cursor.as_deref();
+        match query.live.as_deref() {
+            None => self.read(id, from, false, cursor, headers).await,
+            Some(live) if query.offset.is_none() => Err(Reply::refuse(
+                StatusCode::BAD_REQUEST,
+                format!("live={live} needs an offset (-1 for the start)"),
+            )),
+            Some("long-poll") => self.read(id, from, true, cursor, headers).await,
+            Some("sse") => self.sse(id, from, query.cursor.clone()).await,
+            Some(other) => Err(Reply::refuse(
+                StatusCode::BAD_REQUEST,
+                format!("live must be long-poll or sse; got {other:?}"),
+            )),
+        }
+    }
+
+    /// The fork a create asks for, from its headers.
+    fn fork_ask(&self, headers: &http::HeaderMap) -> std::result::Result<Option<write::ForkAsk>, Reply> {
+        let source = request::text(headers, reply::STREAM_FORKED_FROM)?;
+        let offset = request::offset(headers, reply::STREAM_FORK_OFFSET)?;
+        let sub = request::text(headers, reply::STREAM_FORK_SUB_OFFSET)?;
+        let bad = |message: &str| Reply::refuse(StatusCode::BAD_REQUEST, message.to_string());
+        let Some(source) = source else {
+            if offset.is_some() || sub.is_some() {
+                return Err(bad(
+                    "Stream-Fork-Offset and Stream-Fork-Sub-Offset need Stream-Forked-From",
+                ));
+            }
+            return Ok(None);
+        };
+        let sub_offset = match sub {
+            None => 0,
+            Some(_) if offset.is_none() => {
+                return Err(bad("Stream-Fork-Sub-Offset needs Stream-Fork-Offset"));
+            }
+            Some(value) => request::strict_u64(value)
+                .ok_or_else(|| bad("Stream-Fork-Sub-Offset must be a non-negative integer"))?,
+        };
+        let path = source.strip_prefix(STREAM_PREFIX).unwrap_or(source);
+        let path = path.strip_prefix('/').unwrap_or(path);
+        let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
+        let source = ConversationId::parse(decoded.as_bytes())
+            .map_err(|err| bad(&format!("bad Stream-Forked-From: {err}")))?;
+        Ok(Some(write::ForkAsk {
+            source,
+            offset,
+            sub_offset,
+        }))
+    }
+}
+
+async fn read_body(body: Body) -> std::result::Result<bytes::Bytes, Reply> {
+    axum::body::to_bytes(body, MAX_BODY_BYTES)
+        .await
+        .map_err(|_| {
+            Reply::refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!("request bodies are at most {MAX_BODY_BYTES} bytes"),
+            )
+        })
+}

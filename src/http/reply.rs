@@ -1,0 +1,130 @@
+//! Responses of the HTTP face: the protocol's header names, and [`Reply`], a status with
+//! headers and a body that every handler returns, refusals included (a refusal's body is one
+//! line a person can act on).
+use axum::body::Body;
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use http::header::{CACHE_CONTROL, CONTENT_TYPE, HeaderName, HeaderValue};
+use http::{HeaderMap, StatusCode};
+
+use super::offset::Offset;
+
+pub(crate) const STREAM_NEXT_OFFSET: &str = "stream-next-offset";
+pub(crate) const STREAM_CLOSED: &str = "stream-closed";
+pub(crate) const STREAM_UP_TO_DATE: &str = "stream-up-to-date";
+pub(crate) const STREAM_CURSOR: &str = "stream-cursor";
+pub(crate) const STREAM_TTL: &str = "stream-ttl";
+pub(crate) const STREAM_EXPIRES_AT: &str = "stream-expires-at";
+pub(crate) const STREAM_SEQ: &str = "stream-seq";
+pub(crate) const STREAM_FORKED_FROM: &str = "stream-forked-from";
+pub(crate) const STREAM_FORK_OFFSET: &str = "stream-fork-offset";
+pub(crate) const STREAM_FORK_SUB_OFFSET: &str = "stream-fork-sub-offset";
+pub(crate) const STREAM_SSE_DATA_ENCODING: &str = "stream-sse-data-encoding";
+pub(crate) const PRODUCER_ID: &str = "producer-id";
+pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
+pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
+pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
+pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+
+/// Every protocol header a browser script may read from a response.
+pub(crate) const EXPOSED: [&str; 14] = [
+    STREAM_NEXT_OFFSET,
+    STREAM_CLOSED,
+    STREAM_UP_TO_DATE,
+    STREAM_CURSOR,
+    STREAM_TTL,
+    STREAM_EXPIRES_AT,
+    STREAM_SSE_DATA_ENCODING,
+    PRODUCER_EPOCH,
+    PRODUCER_SEQ,
+    PRODUCER_EXPECTED_SEQ,
+    PRODUCER_RECEIVED_SEQ,
+    "etag",
+    "location",
+    "content-type",
+];
+
+/// A response under construction.
+#[derive(Debug)]
+pub(crate) struct Reply {
+    status: StatusCode,
+    headers: HeaderMap,
+    body: Body,
+}
+
+/// What every handler returns; a refusal is a [`Reply`] too.
+pub(crate) type Replied = Result<Reply, Reply>;
+
+impl Reply {
+    pub(crate) fn new(status: StatusCode) -> Self {
+        Self {
+            status,
+            headers: HeaderMap::new(),
+            body: Body::empty(),
+        }
+    }
+
+    /// A refusal: `status` with `message` as a plain-text body.
+    pub(crate) fn refuse(status: StatusCode, message: impl Into<String>) -> Self {
+        let mut message = message.into();
+        message.push('\n');
+        Self::new(status)
+            .header(CONTENT_TYPE, "text/plain; charset=utf-8")
+            .body(Body::from(message))
+    }
+
+    /// Adds header `name`; a value that is not a valid header value is left out.
+    pub(crate) fn header(mut self, name: impl Into<HeaderName>, value: impl AsRef<str>) -> Self {
+        if let Ok(value) = HeaderValue::from_str(value.as_ref()) {
+            self.headers.insert(name.into(), value);
+        }
+        self
+    }
+
+    pub(crate) fn named(self, name: &'static str, value: impl AsRef<str>) -> Self {
+        self.header(HeaderName::from_static(name), value)
+    }
+
+    pub(crate) fn next_offset(self, offset: u64) -> Self {
+        self.named(STREAM_NEXT_OFFSET, Offset(offset).to_string())
+    }
+
+    /// `Stream-Closed: true` when `closed`.
+    pub(crate) fn closed(self, closed: bool) -> Self {
+        if closed {
+            self.named(STREAM_CLOSED, "true")
+        } else {
+            self
+        }
+    }
+
+    pub(crate) fn up_to_date(self) -> Self {
+        self.named(STREAM_UP_TO_DATE, "true")
+    }
+
+    pub(crate) fn content_type(self, content_type: &str) -> Self {
+        self.header(CONTENT_TYPE, content_type)
+    }
+
+    pub(crate) fn cache(self, policy: &str) -> Self {
+        self.header(CACHE_CONTROL, policy)
+    }
+
+    pub(crate) fn body(mut self, body: impl Into<Body>) -> Self {
+        self.body = body.into();
+        self
+    }
+
+    pub(crate) fn bytes(self, bytes: Bytes) -> Self {
+        self.body(Body::from(bytes))
+    }
+}
+
+impl IntoResponse for Reply {
+    fn into_response(self) -> Response {
+        let mut response = Response::new(self.body);
+        *response.status_mut() = self.status;
+        *response.headers_mut() = self.headers;
+        response
+    }
+}

@@ -1,0 +1,241 @@
+//! Live reads as Server-Sent Events: each batch of data is one `data` event (text as is,
+//! JSON as an array, anything else base64) followed at once by its `control` event; keepalive
+//! comments while idle; the connection ends at EOF, or after a minute for the client to
+//! reconnect from its last offset.
+use std::time::Duration;
+
+use axum::body::Body;
+use base64::Engine;
+use bytes::{BufMut, Bytes, BytesMut};
+use futures::Stream;
+use http::StatusCode;
+
+use super::HttpFace;
+use super::cursor;
+use super::json;
+use super::offset::{Offset, ReadFrom};
+use super::read::{Reader, Snapshot};
+use super::reply::*;
+use super::write::failed;
+use crate::id::ConversationId;
+
+/// Most bytes in one `data` event.
+const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// A comment is sent after this long without an event, so idle proxies keep the connection.
+const KEEPALIVE: Duration = Duration::from_secs(15);
+/// Connections end after this long, as the protocol recommends, for caches to collapse
+/// reconnecting clients.
+const MAX_CONNECTION: Duration = Duration::from_secs(60);
+
+/// How a stream's bytes are written into `data` events.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Encoding {
+    Text,
+    Json,
+    Base64,
+}
+
+impl Encoding {
+    fn of(snapshot: &Snapshot) -> Self {
+        let essence = json::essence(&snapshot.content_type).to_ascii_lowercase();
+        if snapshot.is_json() {
+            Encoding::Json
+        } else if essence.starts_with("text/") {
+            Encoding::Text
+        } else {
+            Encoding::Base64
+        }
+    }
+}
+
+impl HttpFace {
+    /// GET with `live=sse`.
+    pub(crate) async fn sse(
+        &self,
+        id: &ConversationId,
+        from: ReadFrom,
+        cursor_param: Option<String>,
+    ) -> Replied {
+        let snapshot = self.snapshot(id).await?;
+        self.touch(id).await;
+        let offset = match from {
+            ReadFrom::At(offset) => offset,
+            ReadFrom::Now => snapshot.tail,
+        };
+        if offset > snapshot.tail {
+            return Err(Reply::refuse(
+                StatusCode::BAD_REQUEST,
+                format!("offset {} is past the stream's tail", Offset(offset)),
+            ));
+        }
+        let encoding = Encoding::of(&snapshot);
+        let reader = Reader::open_at(self, id, snapshot.fork.clone(), offset, encoding == Encoding::Json)
+            .await
+            .map_err(failed)?;
+        let mut reply = Reply::new(StatusCode::OK)
+            .content_type("text/event-stream")
+            .cache("no-cache");
+        if encoding == Encoding::Base64 {
+            reply = reply.named(STREAM_SSE_DATA_ENCODING, "base64");
+        }
+        let stop = self.recorder.stopping().clone();
+        let events = events(reader, encoding, cursor_param, stop);
+        Ok(reply.body(Body::from_stream(events)))
+    }
+}
+
+/// The event stream of `reader`.
+fn events(
+    reader: Reader,
+    encoding: Encoding,
+    cursor_param: Option<String>,
+    stop: tokio_util::sync::CancellationToken,
+) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
+    let deadline = tokio::time::Instant::now() + MAX_CONNECTION;
+    let state = Some((reader, cursor_param, true));
+    futures::stream::unfold(state, move |state| {
+        let stop = stop.clone();
+        async move {
+            let (mut reader, cursor, first) = state?;
+            let mut batch = Vec::new();
+            let mut bytes = 0;
+            // Everything committed already goes out at once.
+            while bytes < MAX_EVENT_BYTES {
+                match reader.ready(MAX_EVENT_BYTES - bytes).await {
+                    Ok(Some(piece)) => {
+                        bytes += piece.data.len();
+                        batch.push(piece.data);
+                    }
+                    Ok(None) => break,
+                    Err(err) => {
+                        tracing::warn!(error = %err, "SSE read failed");
+                        return None;
+                    }
+                }
+            }
+            // The first control goes out at once, data or not, to say where the reader is.
+            if batch.is_empty() && !reader.ended() && !first {
+                // Caught up: say so once, then wait for more (keepalives meanwhile).
+                tokio::select! {
+                    () = stop.cancelled() => return None,
+                    () = tokio::time::sleep_until(deadline) => return None,
+                    waited = tokio::time::timeout(KEEPALIVE, reader.wait(MAX_EVENT_BYTES)) => {
+                        match waited {
+                            Err(_) => {
+                                let keepalive = Bytes::from_static(b": keepalive\n\n");
+                                return Some((Ok(keepalive), Some((reader, cursor, false))));
+                            }
+                            Ok(Ok(Some(piece))) => batch.push(piece.data),
+                            Ok(Ok(None)) => {}
+                            Ok(Err(err)) => {
+                                tracing::warn!(error = %err, "SSE read failed");
+                                return None;
+                            }
+                        }
+                    }
+                }
+            }
+            let mut out = BytesMut::new();
+            if !batch.is_empty() {
+                data_event(&mut out, &batch, encoding);
+            }
+            let closed = reader.ended();
+            // Caught up when nothing more is committed right now.
+            let up_to_date = closed || bytes < MAX_EVENT_BYTES;
+            let next_cursor = (!closed).then(|| cursor::next(cursor.as_deref()));
+            control_event(&mut out, reader.position(), next_cursor.as_deref(), up_to_date, closed);
+            let next = (!closed).then_some((reader, next_cursor, false));
+            Some((Ok(out.freeze()), next))
+        }
+    })
+}
+
+/// Writes one `data` event holding `batch`.
+fn data_event(out: &mut BytesMut, batch: &[Bytes], encoding: Encoding) {
+    out.put_slice(b"event: data\n");
+    match encoding {
+        Encoding::Base64 => {
+            let joined: Vec<u8> = batch.iter().flat_map(|b| b.iter().copied()).collect();
+            let text = base64::engine::general_purpose::STANDARD.encode(joined);
+            data_lines(out, text.as_bytes());
+        }
+        Encoding::Json => {
+            let array = json::array(batch.iter().map(|b| &b[..]));
+            data_lines(out, &array);
+        }
+        Encoding::Text => {
+            let joined: Vec<u8> = batch.iter().flat_map(|b| b.iter().copied()).collect();
+            data_lines(out, &joined);
+        }
+    }
+    out.put_u8(b'\n');
+}
+
+/// Writes `payload` as `data:` lines: every CR, LF or CRLF in it starts a new line, so no
+/// payload can end the event or forge another.
+fn data_lines(out: &mut BytesMut, payload: &[u8]) {
+    let mut rest = payload;
+    loop {
+        let cut = rest.iter().position(|&b| b == b'\n' || b == b'\r');
+        out.put_slice(b"data:");
+        match cut {
+            None => {
+                out.put_slice(rest);
+                out.put_u8(b'\n');
+                return;
+            }
+            Some(at) => {
+                out.put_slice(&rest[..at]);
+                out.put_u8(b'\n');
+                let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') {
+                    2
+                } else {
+                    1
+                };
+                rest = &rest[at + skip..];
+            }
+        }
+    }
+}
+
+/// Writes the `control` event after a batch.
+fn control_event(
+    out: &mut BytesMut,
+    next: u64,
+    cursor: Option<&str>,
+    up_to_date: bool,
+    closed: bool,
+) {
+    let mut control = serde_json::Map::new();
+    control.insert(
+        "streamNextOffset".into(),
+        Offset(next).to_string().into(),
+    );
+    if let Some(cursor) = cursor {
+        control.insert("streamCursor".into(), cursor.into());
+    }
+    if up_to_date {
+        control.insert("upToDate".into(), true.into());
+    }
+    if closed {
+        control.insert("streamClosed".into(), true.into());
+    }
+    out.put_slice(b"event: control\ndata:");
+    out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());
+    out.put_slice(b"\n\n");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn line_breaks_in_payloads_cannot_forge_events() {
+        let mut out = BytesMut::new();
+        data_lines(&mut out, b"a\r\n\r\nevent: control\rdata: x\n\nb");
+        assert_eq!(
+            &out[..],
+            b"data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:b\n"
+        );
+    }
+}
