@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
 # Runs the Durable Streams conformance suite (npm @durable-streams/server-conformance-tests)
 # against a tapedeck binary serving its HTTP face on a free port, with a fresh data dir.
-# Usage: scripts/conformance.sh [path/to/tapedeck]   (default: builds target/release/tapedeck)
+# Usage: scripts/conformance.sh [path/to/tapedeck [vitest args]]
+# (default: builds target/release/tapedeck)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 binary="${1:-}"
+shift || true
 if [[ -z "$binary" ]]; then
   cargo build --release --quiet --bin tapedeck
   binary="${CARGO_TARGET_DIR:-target}/release/tapedeck"

@@ -60,10 +60,6 @@ impl HttpFace {
             guard,
         })
     }
-
-    fn location(&self, id: &ConversationId) -> String {
-        format!("{STREAM_PREFIX}{id}")
-    }
 }
 
 /// Serves the HTTP face on `listener` until `shutdown` resolves: takes over the streams the
@@ -231,6 +227,7 @@ impl HttpFace {
                     closed: request::closing(&headers),
                     body: read_body(body).await?,
                     fork,
+                    location: location(&headers, &parts.uri),
                 };
                 self.create(&id, ask).await
             }
@@ -313,6 +310,15 @@ impl HttpFace {
             sub_offset,
         }))
     }
+}
+
+/// The absolute URL a request named, from its `Host`.
+fn location(headers: &http::HeaderMap, uri: &http::Uri) -> String {
+    let host = headers
+        .get(http::header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .unwrap_or("localhost");
+    format!("http://{host}{}", uri.path())
 }
 
 async fn read_body(body: Body) -> std::result::Result<bytes::Bytes, Reply> {

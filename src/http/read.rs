@@ -19,8 +19,9 @@ use crate::store::{ForkOf, Lookup};
 
 /// Most bytes one catch-up response carries; the rest is a request away.
 const MAX_READ_BYTES: usize = 1024 * 1024;
-/// How long a long-poll waits for data before answering 204.
-pub(crate) const LONG_POLL_WAIT: Duration = Duration::from_secs(20);
+/// How long a long-poll waits for data before answering 204: short, as the protocol's
+/// reference servers and its conformance suite expect; a client simply polls again.
+pub(crate) const LONG_POLL_WAIT: Duration = Duration::from_secs(3);
 
 /// What a read knows of a stream when it starts.
 #[derive(Debug, Clone)]

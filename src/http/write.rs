@@ -23,6 +23,8 @@ pub(crate) struct Create {
     pub(crate) closed: bool,
     pub(crate) body: Bytes,
     pub(crate) fork: Option<ForkAsk>,
+    /// The stream's URL, for `Location`.
+    pub(crate) location: String,
 }
 
 /// A fork, as `Stream-Forked-From` and its companions ask.
@@ -47,6 +49,9 @@ fn same_type(a: &str, b: &str) -> bool {
 
 /// The chunks an append's body makes: JSON messages, or the body as one chunk.
 fn chunks_of(content_type: &str, body: Bytes, create: bool) -> Result<Vec<Bytes>, Reply> {
+    if body.is_empty() {
+        return Ok(vec![]);
+    }
     if json::is_json(content_type) {
         return json::messages(&body, create).map_err(|refusal| match refusal {
             JsonRefusal::Invalid(why) => Reply::refuse(
@@ -59,7 +64,7 @@ fn chunks_of(content_type: &str, body: Bytes, create: bool) -> Result<Vec<Bytes>
             ),
         });
     }
-    Ok(if body.is_empty() { vec![] } else { vec![body] })
+    Ok(vec![body])
 }
 
 /// Maps a recorder error on a write to a reply.
@@ -149,7 +154,7 @@ impl HttpFace {
         }));
         tracing::info!(stream = %id, content_type = %content_type, "stream created");
         Ok(Reply::new(StatusCode::CREATED)
-            .header(http::header::LOCATION, self.location(id))
+            .header(http::header::LOCATION, &ask.location)
             .content_type(&content_type)
             .next_offset(base + own)
             .closed(ask.closed))
@@ -462,9 +467,10 @@ impl HttpFace {
         // Committed in queue order: the lock can go before the wait.
         drop(state);
         batch.wait().await.map_err(failed)?;
+        // 200 tells an idempotent producer its data is new; a close-only request has none.
         let mut reply = match accepted {
-            Some(_) => Reply::new(StatusCode::OK),
-            None => Reply::new(StatusCode::NO_CONTENT),
+            Some(_) if own > 0 => Reply::new(StatusCode::OK),
+            _ => Reply::new(StatusCode::NO_CONTENT),
         };
         if let Some(next) = accepted {
             reply = reply

@@ -77,8 +77,10 @@ impl Store {
         }
         if let Some(status) = batch.end {
             // Its answer says whether this batch ended it; a batch that lost the race to
-            // another end fails on its chunks (or the caller reads the status).
-            let (done, _) = oneshot::channel();
+            // another end fails on its chunks (or the caller reads the status). Either way it
+            // arrives after the commit.
+            let (done, answer) = oneshot::channel();
+            committed.flags.push(answer);
             let only = EndIf::Holds(session);
             let message = None;
             ops.push(Op::Finish {
