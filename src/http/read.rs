@@ -345,7 +345,8 @@ impl HttpFace {
                 }
             }
         }
-        let closed = reader.ended();
+        // `now` reads nothing, so the reader has not looked: the snapshot knows.
+        let closed = reader.ended() || (from == ReadFrom::Now && snapshot.closed);
         let end = reader.position();
         if long_poll && pieces.is_empty() {
             // Closed while (or before) waiting, at the tail: EOF, at once.

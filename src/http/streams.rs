@@ -129,8 +129,14 @@ impl Streams {
                 if state.row.soft_deleted {
                     return Ok(Found::SoftDeleted);
                 }
+                let expired = state.expired(self.now_ms());
                 drop(state);
-                return Ok(Found::Stream(handle));
+                if !expired {
+                    return Ok(Found::Stream(handle));
+                }
+                // Its time is up: gone now, whatever the sweep's schedule.
+                self.remove(&handle, true).await?;
+                return Ok(Found::Missing);
             }
         }
         self.load(id).await
@@ -176,6 +182,10 @@ impl Streams {
             .entry(id.key())
             .or_insert_with(|| handle.clone())
             .clone();
+        if handle.state.lock().await.expired(self.now_ms()) {
+            self.remove(&handle, true).await?;
+            return Ok(Found::Missing);
+        }
         Ok(Found::Stream(handle))
     }
 
@@ -254,31 +264,38 @@ impl Streams {
         }
         self.recorder.delete(&handle.id).await?;
         state.gone = true;
-        let source = state.row.fork.as_ref().map(|f| f.source);
+        let mut source = state.row.fork.as_ref().map(|f| f.source);
         drop(state);
         self.forget(key);
-        if let Some(source) = source {
-            self.reload_row(source).await?;
+        // The store released the sources up the chain; their handles follow.
+        while let Some(key) = source {
+            source = self.reload_row(key).await?;
         }
         Ok(())
     }
 
-    /// Reads `key`'s row again (the store changed its fork count); a source whose last fork
-    /// went is then gone.
-    async fn reload_row(&self, key: u128) -> Result<()> {
+    /// Reads `key`'s row again (the store changed its fork count). A source whose last fork
+    /// went is gone; then returns its own source, whose count changed too.
+    async fn reload_row(&self, key: u128) -> Result<Option<u128>> {
         let cached = self.handles().get(&key).cloned();
-        let Some(handle) = cached else { return Ok(()) };
+        let Some(handle) = cached else {
+            return Ok(None);
+        };
         let row = self.recorder.recordings().store().stream_row(key).await?;
         let mut state = handle.state.lock().await;
         match row {
-            Some(row) if !(row.soft_deleted && row.forks == 0) => state.row = row,
+            Some(row) if !(row.soft_deleted && row.forks == 0) => {
+                state.row = row;
+                Ok(None)
+            }
             _ => {
                 state.gone = true;
+                let up = state.row.fork.as_ref().map(|f| f.source);
                 drop(state);
                 self.forget(key);
+                Ok(up)
             }
         }
-        Ok(())
     }
 
     /// Lets go of every open stream's producer session (at shutdown): they stay open in the

@@ -168,7 +168,9 @@ impl HttpFace {
         let fork_matches = match (&ask.fork, &row.fork) {
             (None, None) => true,
             (Some(asked), Some(fork)) => {
-                asked.source.key() == fork.source && asked.offset.is_none_or(|o| o == fork.offset)
+                asked.source.key() == fork.source
+                    && asked.offset.is_none_or(|o| o == fork.anchor)
+                    && asked.sub_offset == fork.sub_offset
             }
             _ => false,
         };
@@ -210,7 +212,7 @@ impl HttpFace {
             Found::Stream(handle) => handle,
             Found::SoftDeleted => {
                 return Err(Reply::refuse(
-                    StatusCode::GONE,
+                    StatusCode::CONFLICT,
                     format!("the stream to fork from, {}, was deleted", ask.source),
                 ));
             }
@@ -256,6 +258,8 @@ impl HttpFace {
             source: ask.source.key(),
             source_generation: generation,
             offset,
+            anchor,
+            sub_offset: ask.sub_offset,
         });
         source.row.forks += 1;
         let store = self.recorder.recordings().store();

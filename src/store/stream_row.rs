@@ -43,6 +43,10 @@ pub struct ForkOf {
     pub source_generation: u64,
     /// Bytes inherited: the fork's own bytes start at this offset.
     pub offset: u64,
+    /// The offset its create named (`Stream-Fork-Offset`), before the sub-offset.
+    pub anchor: u64,
+    /// The sub-offset its create named (`Stream-Fork-Sub-Offset`).
+    pub sub_offset: u64,
 }
 
 /// An idempotent producer's place in a stream.

@@ -290,15 +290,20 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     }
 
     /// One fork of `source` is gone: a source deleted while forked is deleted now that its
-    /// last fork is.
+    /// last fork is, and lets go of its own source in turn (up the chain, in this commit).
     fn release_fork(&mut self, source: u128) -> Result<()> {
-        let Some(mut row) = self.stream_row(source)? else {
-            return Ok(());
-        };
-        row.forks = row.forks.saturating_sub(1);
-        self.put_stream_row(source, Some(&row.encode()?))?;
-        if row.forks == 0 && row.soft_deleted {
-            self.mark_deleted(source)?;
+        let mut next = Some(source);
+        while let Some(source) = next.take() {
+            let Some(mut row) = self.stream_row(source)? else {
+                break;
+            };
+            row.forks = row.forks.saturating_sub(1);
+            if row.forks == 0 && row.soft_deleted {
+                self.mark_deleted(source)?;
+                // Released here, so that collecting it later releases nothing twice.
+                next = row.fork.take().map(|fork| fork.source);
+            }
+            self.put_stream_row(source, Some(&row.encode()?))?;
         }
         Ok(())
     }
