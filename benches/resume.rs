@@ -62,7 +62,7 @@ fn resume_near_the_end(c: &mut Criterion) {
     let addr = listener.local_addr().unwrap();
     let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
     let server = runtime.spawn(async move {
-        tapedeck::server::run(listener, store, &config, async {
+        tapedeck::server::run(listener, None, store, &config, async {
             let _ = stopped.await;
         })
         .await

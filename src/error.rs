@@ -176,6 +176,11 @@ pub enum Error {
         /// The stream's content type.
         content_type: String,
     },
+    /// A text read (a gRPC replay) of a stream forked over HTTP.
+    #[error(
+        "the recording is a stream forked from another over HTTP; read it over HTTP, where its inherited bytes are stitched in"
+    )]
+    ForkedStream,
     /// A negative resume offset.
     #[error("offset {offset} is negative")]
     NegativeOffset {
@@ -437,6 +442,7 @@ impl Error {
             Error::ResumePastEnd { .. }
             | Error::AlreadyEnded { .. }
             | Error::NotText { .. }
+            | Error::ForkedStream
             | Error::ResumeElsewhere { .. } => Code::FailedPrecondition,
             Error::Redirect { .. } => Code::Unavailable,
             Error::ResumeInsideCharacter { .. }

@@ -8,8 +8,8 @@ use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use flags::{
-    Bytes, HttpListen, parse_advertised, parse_chunk_size, parse_duration, parse_grant, parse_http_listen, parse_listen,
-    parse_positive_duration, parse_positive_size,
+    Bytes, HttpListen, parse_advertised, parse_chunk_size, parse_duration, parse_grant,
+    parse_http_listen, parse_listen, parse_positive_duration, parse_positive_size,
 };
 use tapedeck::Config;
 use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};

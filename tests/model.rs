@@ -723,7 +723,7 @@ async fn check_replays(real: &Real, model: &Model, conv: usize, step: usize) {
                 .await
                 .unwrap_or_else(|e| panic!("{what}: {e}"))
                 .unwrap_or_else(|| panic!("{what} from {from}: ended early"));
-            seen.push_str(&piece.text);
+            seen.push_str(std::str::from_utf8(&piece.data).unwrap());
             assert_eq!(
                 piece.end_offset as usize,
                 from + seen.len(),
@@ -807,7 +807,7 @@ async fn read_exactly_from(
             .await
             .unwrap_or_else(|e| panic!("{what}: {e}"))
             .unwrap_or_else(|| panic!("{what}: ended at {} of {len}", seen.len()));
-        seen.push_str(&piece.text);
+        seen.push_str(std::str::from_utf8(&piece.data).unwrap());
         assert_eq!(
             piece.end_offset as usize,
             from + seen.len(),

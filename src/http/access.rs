@@ -18,7 +18,10 @@ pub(crate) fn principal(
     let text = |name: &str| {
         headers
             .get(name)
-            .map(|v| v.to_str().map_err(|_| format!("the {name} header is not ASCII text")))
+            .map(|v| {
+                v.to_str()
+                    .map_err(|_| format!("the {name} header is not ASCII text"))
+            })
             .transpose()
     };
     let credentials = (|| {

@@ -81,7 +81,10 @@ mod tests {
     fn empty_arrays_and_bad_json() {
         assert_eq!(messages(b"[]", false), Err(JsonRefusal::EmptyArray));
         assert_eq!(messages(b" [ ] ", true), Ok(vec![]));
-        assert!(matches!(messages(b"{nope", false), Err(JsonRefusal::Invalid(_))));
+        assert!(matches!(
+            messages(b"{nope", false),
+            Err(JsonRefusal::Invalid(_))
+        ));
         let parts: [&[u8]; 2] = [b"1", b"{}"];
         assert_eq!(&array(parts)[..], b"[1,{}]");
     }

@@ -269,7 +269,14 @@ impl HttpFace {
                 format!("live={live} needs an offset (-1 for the start)"),
             )),
             Some("long-poll") => self.read(id, from, true, cursor, headers).await,
-            Some("sse") => self.sse(id, from, query.cursor.clone()).await,
+            Some("sse") => {
+                // An EventSource reconnecting by itself names where it got to.
+                let resumed = request::text(headers, "last-event-id")?
+                    .and_then(offset::Offset::parse)
+                    .map(|offset| ReadFrom::At(offset.0));
+                self.sse(id, resumed.unwrap_or(from), query.cursor.clone())
+                    .await
+            }
             Some(other) => Err(Reply::refuse(
                 StatusCode::BAD_REQUEST,
                 format!("live must be long-poll or sse; got {other:?}"),
@@ -278,7 +285,10 @@ impl HttpFace {
     }
 
     /// The fork a create asks for, from its headers.
-    fn fork_ask(&self, headers: &http::HeaderMap) -> std::result::Result<Option<write::ForkAsk>, Reply> {
+    fn fork_ask(
+        &self,
+        headers: &http::HeaderMap,
+    ) -> std::result::Result<Option<write::ForkAsk>, Reply> {
         let source = request::text(headers, reply::STREAM_FORKED_FROM)?;
         let offset = request::offset(headers, reply::STREAM_FORK_OFFSET)?;
         let sub = request::text(headers, reply::STREAM_FORK_SUB_OFFSET)?;

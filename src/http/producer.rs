@@ -81,7 +81,10 @@ mod tests {
     #[test]
     fn sequences_within_an_epoch() {
         assert!(matches!(judge(None, &stamp(0, 0)), Verdict::Accept { .. }));
-        assert!(matches!(judge(state(0, 0), &stamp(0, 1)), Verdict::Accept { .. }));
+        assert!(matches!(
+            judge(state(0, 0), &stamp(0, 1)),
+            Verdict::Accept { .. }
+        ));
         assert_eq!(judge(state(0, 3), &stamp(0, 3)), Verdict::Duplicate);
         assert_eq!(judge(state(0, 3), &stamp(0, 1)), Verdict::Duplicate);
         assert_eq!(

@@ -330,7 +330,8 @@ impl HttpFace {
                 Ok(piece) => {
                     if let Some(piece) = piece.map_err(failed)? {
                         pieces.push(piece.data);
-                        while let Some(piece) = reader.ready(MAX_READ_BYTES).await.map_err(failed)?
+                        while let Some(piece) =
+                            reader.ready(MAX_READ_BYTES).await.map_err(failed)?
                         {
                             pieces.push(piece.data);
                         }

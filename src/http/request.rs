@@ -84,9 +84,11 @@ pub(crate) fn expires_at(headers: &HeaderMap) -> Result<Option<u64>, Reply> {
 pub(crate) fn offset(headers: &HeaderMap, name: &str) -> Result<Option<u64>, Reply> {
     match text(headers, name)? {
         None => Ok(None),
-        Some(value) => Offset::parse(value)
-            .map(|o| Some(o.0))
-            .ok_or_else(|| bad(format!("{name} {value:?} is not an offset this server gave"))),
+        Some(value) => Offset::parse(value).map(|o| Some(o.0)).ok_or_else(|| {
+            bad(format!(
+                "{name} {value:?} is not an offset this server gave"
+            ))
+        }),
     }
 }
 

@@ -2,6 +2,10 @@
 //! JSON as an array, anything else base64) followed at once by its `control` event; keepalive
 //! comments while idle; the connection ends at EOF, or after a minute for the client to
 //! reconnect from its last offset.
+//!
+//! Each control event also carries its offset as the SSE event id (a tapedeck extension): a
+//! browser's EventSource sends it back as `Last-Event-ID` when it reconnects by itself, and
+//! the read resumes there, not at the URL's original offset, so nothing arrives twice.
 use std::time::Duration;
 
 use axum::body::Body;
@@ -69,9 +73,15 @@ impl HttpFace {
             ));
         }
         let encoding = Encoding::of(&snapshot);
-        let reader = Reader::open_at(self, id, snapshot.fork.clone(), offset, encoding == Encoding::Json)
-            .await
-            .map_err(failed)?;
+        let reader = Reader::open_at(
+            self,
+            id,
+            snapshot.fork.clone(),
+            offset,
+            encoding == Encoding::Json,
+        )
+        .await
+        .map_err(failed)?;
         let mut reply = Reply::new(StatusCode::OK)
             .content_type("text/event-stream")
             .cache("no-cache");
@@ -143,7 +153,13 @@ fn events(
             // Caught up when nothing more is committed right now.
             let up_to_date = closed || bytes < MAX_EVENT_BYTES;
             let next_cursor = (!closed).then(|| cursor::next(cursor.as_deref()));
-            control_event(&mut out, reader.position(), next_cursor.as_deref(), up_to_date, closed);
+            control_event(
+                &mut out,
+                reader.position(),
+                next_cursor.as_deref(),
+                up_to_date,
+                closed,
+            );
             let next = (!closed).then_some((reader, next_cursor, false));
             Some((Ok(out.freeze()), next))
         }
@@ -207,10 +223,7 @@ fn control_event(
     closed: bool,
 ) {
     let mut control = serde_json::Map::new();
-    control.insert(
-        "streamNextOffset".into(),
-        Offset(next).to_string().into(),
-    );
+    control.insert("streamNextOffset".into(), Offset(next).to_string().into());
     if let Some(cursor) = cursor {
         control.insert("streamCursor".into(), cursor.into());
     }
@@ -222,7 +235,7 @@ fn control_event(
     }
     out.put_slice(b"event: control\ndata:");
     out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());
-    out.put_slice(b"\n\n");
+    out.put_slice(format!("\nid:{}\n\n", Offset(next)).as_bytes());
 }
 
 #[cfg(test)]

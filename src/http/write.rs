@@ -105,9 +105,10 @@ impl HttpFace {
             }
         }
         let mut row = StreamRow {
-            content_type: ask.content_type.clone().unwrap_or_else(|| {
-                super::request::DEFAULT_CONTENT_TYPE.to_string()
-            }),
+            content_type: ask
+                .content_type
+                .clone()
+                .unwrap_or_else(|| super::request::DEFAULT_CONTENT_TYPE.to_string()),
             ttl_secs: ask.ttl_secs,
             expires_at_ms: ask.expires_at_ms,
             ..StreamRow::default()
@@ -135,7 +136,10 @@ impl HttpFace {
         let own: u64 = chunks.iter().map(|c| c.len() as u64).sum();
         if !chunks.is_empty() || ask.closed {
             let end = ask.closed.then_some(Status::Completed);
-            let batch = writer.write_batch(chunks, None, end).await.map_err(failed)?;
+            let batch = writer
+                .write_batch(chunks, None, end)
+                .await
+                .map_err(failed)?;
             batch.wait().await.map_err(failed)?;
         }
         let base = row.fork.as_ref().map_or(0, |f| f.offset);
@@ -417,7 +421,10 @@ impl HttpFace {
                 Verdict::StaleEpoch { current } => {
                     return Err(Reply::refuse(
                         StatusCode::FORBIDDEN,
-                        format!("producer epoch {} is stale; the current epoch is {current}", stamp.epoch),
+                        format!(
+                            "producer epoch {} is stale; the current epoch is {current}",
+                            stamp.epoch
+                        ),
                     )
                     .named(PRODUCER_EPOCH, current.to_string()));
                 }

@@ -134,7 +134,33 @@ impl Recorder {
     /// Fails with `RecordingNotFound`, `OffsetOutOfRange` (past the end of a finished
     /// recording), `OffsetInsideCharacter`, or a storage error.
     pub async fn replay(&self, id: &ConversationId, offset: u64) -> Result<Replay> {
+        self.check_text(id).await?;
         Replay::open(self.recordings.clone(), id, offset, true).await
+    }
+
+    /// Refuses a text replay of a stream made over HTTP that is not UTF-8 text, or that is a
+    /// fork (its first bytes live in another recording). A recording live with its gRPC
+    /// producer is text by construction and is not looked up.
+    async fn check_text(&self, id: &ConversationId) -> Result<()> {
+        if self
+            .recordings
+            .live(id.key())
+            .is_some_and(|tape| !tape.is_held_open())
+        {
+            return Ok(());
+        }
+        let Some(row) = self.recordings.store().stream_row(id.key()).await? else {
+            return Ok(());
+        };
+        if row.fork.is_some() {
+            return Err(Error::ForkedStream);
+        }
+        if !is_text(&row.content_type) {
+            return Err(Error::NotText {
+                content_type: row.content_type,
+            });
+        }
+        Ok(())
     }
 
     /// Cancels the live recording of `id`. True if it was live, or had already been cancelled.
@@ -296,3 +322,16 @@ impl Recorder {
 }
 
 const SHUTDOWN_MESSAGE: &str = "server shutting down";
+
+/// Whether a stream of `content_type` holds UTF-8 text: `text/*`, JSON (and `+json`,
+/// NDJSON), or anything declaring `charset=utf-8`.
+pub fn is_text(content_type: &str) -> bool {
+    let lower = content_type.to_ascii_lowercase();
+    let essence = lower.split(';').next().unwrap_or("").trim();
+    essence.starts_with("text/")
+        || essence == "application/json"
+        || essence.ends_with("+json")
+        || essence == "application/ndjson"
+        || essence == "application/x-ndjson"
+        || lower.replace(' ', "").contains("charset=utf-8")
+}

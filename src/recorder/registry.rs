@@ -17,9 +17,7 @@ use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::store::{
-    Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store, StreamRow,
-};
+use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store, StreamRow};
 
 /// What a new recording does to a conversation's live one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

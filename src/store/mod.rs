@@ -49,6 +49,7 @@ use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::Status;
+pub use batch::{Batch, BatchCommitted};
 use database::DbHandle;
 use journal::JournalIndex;
 pub use listing::{Lookup, Page, PageToken};
@@ -56,10 +57,9 @@ pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording
 pub use pipeline::EndIf;
 pub use pipeline::SweepReport;
 use pipeline::{Op, Writer, WriterSettings};
-pub use batch::{Batch, BatchCommitted};
 pub use recovery::RecoveredLive;
-pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
 pub use schema::{Gone, RecordingMeta, Tombstone};
+pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
 const OP_QUEUE_DEPTH: usize = 16 * 1024;

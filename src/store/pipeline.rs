@@ -202,9 +202,7 @@ impl Writer {
     fn commit(&mut self, batch: &mut Vec<Op>) {
         if let Some(err) = self.db.full_error() {
             // The disk is full: what would grow the file fails now, ending its recording.
-            let (refused, rest): (Vec<Op>, Vec<Op>) = batch
-                .drain(..)
-                .partition(Op::grows);
+            let (refused, rest): (Vec<Op>, Vec<Op>) = batch.drain(..).partition(Op::grows);
             *batch = rest;
             if !refused.is_empty() {
                 self.fail(Vec::new(), refused, err);
@@ -455,18 +453,16 @@ impl Writer {
                     }
                 }
             }
-            Op::PutStreamRow { key, row, done } => {
-                match t.put_stream_row(key, row.as_deref()) {
-                    Ok(()) => {
-                        effects.push(Effect::Answered(done, true));
-                        Ok(())
-                    }
-                    Err(err) => {
-                        effects.push(Effect::Refused(Waiter::Flag(done)));
-                        Err(err)
-                    }
+            Op::PutStreamRow { key, row, done } => match t.put_stream_row(key, row.as_deref()) {
+                Ok(()) => {
+                    effects.push(Effect::Answered(done, true));
+                    Ok(())
                 }
-            }
+                Err(err) => {
+                    effects.push(Effect::Refused(Waiter::Flag(done)));
+                    Err(err)
+                }
+            },
             Op::Together(ops) => {
                 let mut ops = ops.into_iter();
                 while let Some(op) = ops.next() {

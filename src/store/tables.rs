@@ -9,11 +9,11 @@ use redb::ReadableTable;
 use super::journal::{DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
 use super::live::Chunk;
 use super::pipeline::SweepReport;
-use super::stream_row::{STREAMS, StreamRow};
 use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, JOURNAL, RECORDINGS, RecordingMeta, STARTED,
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
+use super::stream_row::{STREAMS, StreamRow};
 use crate::error::{Error, Result};
 use crate::recorder::Status;
 

@@ -55,6 +55,8 @@ pub(crate) async fn resumer_client(addr: SocketAddr) -> ResumerClient {
 /// A server running in this process.
 pub(crate) struct TestServer {
     pub(crate) addr: SocketAddr,
+    /// The HTTP face's address, when the test asked for it.
+    pub(crate) http_addr: Option<SocketAddr>,
     pub(crate) data_dir: PathBuf,
     shutdown: Option<oneshot::Sender<()>>,
     task: JoinHandle<tapedeck::Result<()>>,
@@ -737,18 +739,43 @@ impl TestServer {
         config: Config,
         store: tapedeck::store::Store,
     ) -> TestServer {
+        Self::serve(config, store, None).await
+    }
+
+    /// Starts a server with its HTTP face too, each on a free loopback port.
+    pub(crate) async fn start_with_http(config: Config) -> TestServer {
+        let store = tapedeck::server::open_store(&config).unwrap();
+        let http = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        Self::serve(config, store, Some(http)).await
+    }
+
+    /// The HTTP face's URL of stream `path`.
+    pub(crate) fn stream_url(&self, path: &str) -> String {
+        let addr = self
+            .http_addr
+            .expect("the server was started without its HTTP face");
+        format!("http://{addr}/v1/stream/{path}")
+    }
+
+    async fn serve(
+        config: Config,
+        store: tapedeck::store::Store,
+        http: Option<tokio::net::TcpListener>,
+    ) -> TestServer {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let addr = listener.local_addr().unwrap();
+        let http_addr = http.as_ref().map(|l| l.local_addr().unwrap());
         let (shutdown, stop) = oneshot::channel::<()>();
         let data_dir = config.data_dir.clone();
         let task = tokio::spawn(async move {
-            tapedeck::server::run(listener, None, store, &config, async {
+            tapedeck::server::run(listener, http, store, &config, async {
                 let _ = stop.await;
             })
             .await
         });
         TestServer {
             addr,
+            http_addr,
             data_dir,
             shutdown: Some(shutdown),
             task,

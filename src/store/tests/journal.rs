@@ -130,7 +130,10 @@ async fn a_reader_following_through_folds_misses_nothing() {
                 }
                 let chunks = store.read_chunks(key, generation, next, 256).await.unwrap();
                 for chunk in chunks {
-                    assert_eq!((chunk.index, &*chunk.text), (next, token(next).as_str()));
+                    assert_eq!(
+                        (chunk.index, &chunk.data[..]),
+                        (next, token(next).as_bytes())
+                    );
                     next += 1;
                 }
             }
@@ -260,7 +263,7 @@ async fn a_schema_1_file_is_upgraded_in_place() {
             let mut value = Vec::new();
             for (index, (offset, text)) in [(0, "left "), (5, "live")].into_iter().enumerate() {
                 let layout = schema::ChunkLayout::Untimed;
-                schema::encode_chunk_into(&mut value, layout, offset, 0, text);
+                schema::encode_chunk_into(&mut value, layout, offset, 0, text.as_bytes());
                 chunks
                     .insert((key, index as u64), value.as_slice())
                     .unwrap();

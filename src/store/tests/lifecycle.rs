@@ -214,7 +214,7 @@ async fn reopen_after_sigkill_keeps_acked_chunks_and_detaches_live_recordings() 
     assert_eq!(chunks.len() as u64, live.chunk_count);
     let mut offset = 0;
     for (i, chunk) in chunks.iter().enumerate() {
-        assert_eq!(&*chunk.text, child_token(i as u64));
+        assert_eq!(&chunk.data[..], child_token(i as u64).as_bytes());
         assert_eq!(chunk.offset, offset);
         offset = chunk.end();
     }

@@ -169,7 +169,10 @@ pub(super) async fn all_chunks(store: &Store, key: u128, generation: u64) -> Vec
 }
 
 pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
-    chunks.iter().map(|c| c.text.to_string()).collect()
+    chunks
+        .iter()
+        .map(|c| String::from_utf8(c.data.to_vec()).unwrap())
+        .collect()
 }
 
 /// Chunks of `key` in the file, whatever recording they belong to: in `chunks`, in the

@@ -182,7 +182,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
         let chunk = Chunk {
             index: 0,
             offset: 0,
-            text: Arc::from("x"),
+            data: bytes::Bytes::from_static(b"x"),
             committed_ms: 0,
         };
         ops.try_send(Op::Append {

@@ -1,0 +1,239 @@
+//! The HTTP face (Durable Streams) against a real server on real sockets: one store behind
+//! both faces, byte streams refused to gRPC's text replay, access control over HTTP (header
+//! and `token` parameter), and streams, producer state and closure surviving a SIGKILL of the
+//! real binary. The protocol itself is checked by its own conformance suite
+//! (`scripts/conformance.sh`).
+mod common;
+
+use common::*;
+use reqwest::StatusCode;
+use tapedeck::access::{AccessConfig, Claims, Role, Secret};
+
+const CLOSED: &str = "stream-closed";
+const NEXT: &str = "stream-next-offset";
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+fn header(response: &reqwest::Response, name: &str) -> Option<String> {
+    response
+        .headers()
+        .get(name)
+        .map(|v| v.to_str().unwrap().to_string())
+}
+
+#[tokio::test]
+async fn a_grpc_recording_reads_over_http_and_an_http_stream_replays_over_grpc() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let recorder = server.recorder().await;
+
+    record_all(&recorder, b"chat-42", &["Hello", ", ", "world"]).await;
+    let read = http()
+        .get(server.stream_url("chat-42"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(
+        header(&read, "content-type").unwrap(),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(header(&read, CLOSED).as_deref(), Some("true"));
+    assert_eq!(read.text().await.unwrap(), "Hello, world");
+
+    let url = server.stream_url("made-over-http");
+    let created = http()
+        .put(&url)
+        .header("content-type", "text/plain")
+        .body("first ")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let appended = http()
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header(CLOSED, "true")
+        .body("and last")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    let replayed = replay_text(&recorder, b"made-over-http").await.unwrap();
+    assert_eq!(replayed.text, "first and last");
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn grpc_replay_of_a_byte_stream_names_its_content_type() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let bytes = vec![0xff, 0x00, 0xfe, 0x80];
+    let created = http()
+        .put(server.stream_url("blob"))
+        .header("content-type", "application/x-protobuf")
+        .body(bytes.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    let err = replay_text(&server.recorder().await, b"blob")
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        err.message().contains("application/x-protobuf"),
+        "{}",
+        err.message()
+    );
+
+    // The bytes themselves are intact over HTTP.
+    let read = http().get(server.stream_url("blob")).send().await.unwrap();
+    assert_eq!(read.bytes().await.unwrap().to_vec(), bytes);
+    server.stop().await;
+}
+
+const SECRET: &str = "http-grant-secret";
+
+fn grant(conversations: &[(&str, Role)]) -> String {
+    let exp = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+        + 600;
+    let claims = Claims {
+        sub: "user-9".into(),
+        exp,
+        nbf: None,
+        iss: None,
+        aud: None,
+        conversations: conversations
+            .iter()
+            .map(|(id, role)| (id.to_string(), *role))
+            .collect(),
+    };
+    tapedeck::access::mint(&Secret::new(SECRET), &claims).unwrap()
+}
+
+#[tokio::test]
+async fn grants_open_streams_by_header_or_token_parameter_and_refusals_are_401_or_403() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.access = AccessConfig {
+        jwt_secret: Some(Secret::new(SECRET)),
+        ..AccessConfig::default()
+    };
+    let server = TestServer::start_with_http(config).await;
+    let url = server.stream_url("private");
+    let writer = grant(&[("private", Role::Writer)]);
+    let reader = grant(&[("private", Role::Reader)]);
+    let other = grant(&[("someone-else", Role::Writer)]);
+
+    let anonymous = http().put(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), StatusCode::UNAUTHORIZED);
+    let garbage = http()
+        .get(&url)
+        .bearer_auth("not-a-jwt")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(garbage.status(), StatusCode::UNAUTHORIZED);
+    assert!(!garbage.text().await.unwrap().contains("not-a-jwt"));
+    let elsewhere = http().put(&url).bearer_auth(&other).send().await.unwrap();
+    assert_eq!(elsewhere.status(), StatusCode::FORBIDDEN);
+
+    let created = http()
+        .put(&url)
+        .bearer_auth(&writer)
+        .header("content-type", "text/plain")
+        .body("secret words")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let read_only = http()
+        .post(&url)
+        .bearer_auth(&reader)
+        .header("content-type", "text/plain")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(read_only.status(), StatusCode::FORBIDDEN);
+
+    // EventSource cannot set headers: the same grant rides in `token`.
+    let by_token = http()
+        .get(format!("{url}?offset=-1&token={reader}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(by_token.status(), StatusCode::OK);
+    assert_eq!(by_token.text().await.unwrap(), "secret words");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn streams_producer_state_and_closure_survive_a_sigkill() {
+    let dir = tempfile::tempdir().unwrap();
+    let http_addr = free_port().to_string();
+    let args = ["--http-listen", http_addr.as_str()];
+    let server = BinaryServer::spawn(dir.path(), &args);
+    let url = format!("http://{http_addr}/v1/stream/survivor");
+    let closed_url = format!("http://{http_addr}/v1/stream/finished");
+    let append = |seq: u64, body: &'static str| {
+        http()
+            .post(&url)
+            .header("content-type", "text/plain")
+            .header("producer-id", "agent-1")
+            .header("producer-epoch", "0")
+            .header("producer-seq", seq.to_string())
+            .body(body)
+            .send()
+    };
+    let created = http()
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    assert_eq!(append(0, "one ").await.unwrap().status(), StatusCode::OK);
+    assert_eq!(append(1, "two ").await.unwrap().status(), StatusCode::OK);
+    let finished = http()
+        .put(&closed_url)
+        .header("content-type", "text/plain")
+        .header(CLOSED, "true")
+        .body("done")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(finished.status(), StatusCode::CREATED);
+    server.kill();
+
+    let _server = BinaryServer::spawn(dir.path(), &args);
+    // The retry of an acknowledged append is a duplicate; the next one is new.
+    let retried = append(1, "two ").await.unwrap();
+    assert_eq!(retried.status(), StatusCode::NO_CONTENT);
+    assert_eq!(append(2, "three").await.unwrap().status(), StatusCode::OK);
+    let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(header(&read, CLOSED), None, "the stream is still open");
+    let next = header(&read, NEXT).unwrap();
+    assert_eq!(read.text().await.unwrap(), "one two three");
+    assert!(next.ends_with("0013"), "{next}");
+
+    let closed = http().get(&closed_url).send().await.unwrap();
+    assert_eq!(header(&closed, CLOSED).as_deref(), Some("true"));
+    assert_eq!(closed.text().await.unwrap(), "done");
+    let refused = http()
+        .post(&closed_url)
+        .header("content-type", "text/plain")
+        .body("more")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status(), StatusCode::CONFLICT);
+}
