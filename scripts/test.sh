@@ -2,21 +2,32 @@
 # The README's test command. Installs what the tests need that a fresh machine lacks, then runs
 # `cargo test` (extra arguments go to it):
 #   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
+#   - Debian's chromium, and playwright-core to drive it (tests/browser, `npm ci`);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
 #     (tests/python/requirements.txt) and what the examples need (examples/python/), made
 #     again when either file changes.
+# Then it runs the Durable Streams conformance suite against the binary cargo built
+# (scripts/conformance.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! command -v redis-server >/dev/null 2>&1; then
+missing=()
+command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
+command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
-        echo "test.sh: redis-server is missing; install Debian's redis-server (as root)" >&2
+        echo "test.sh: ${missing[*]} missing; install Debian's packages (as root)" >&2
         exit 1
     fi
-    echo "test.sh: installing redis-server" >&2
+    echo "test.sh: installing ${missing[*]}" >&2
     apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
+
+# Exactly the committed package-lock.json, every time (a few seconds each).
+for dir in tests/browser conformance; do
+    (cd "$dir" && npm ci --silent --no-audit --no-fund)
+done
 
 venv=target/python-client
 requirements=(tests/python/requirements.txt examples/python/requirements.txt)
@@ -30,4 +41,5 @@ if ! cat "${requirements[@]}" | cmp -s - "$stamp" 2>/dev/null; then
 fi
 export TAPEDECK_TEST_PYTHON="$PWD/$venv/bin/python"
 
-exec cargo test "$@"
+cargo test "$@"
+scripts/conformance.sh "${CARGO_TARGET_DIR:-target}/debug/tapedeck"

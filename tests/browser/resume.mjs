@@ -1,0 +1,39 @@
+// Drives headless Chromium for tests/browser.rs: serves a page that resumes stream STREAM_URL
+// from SAVED_OFFSET with the browser's own EventSource (the three lines the README shows),
+// prints "connected" once the page has its first control event, then prints what the page
+// received, as JSON, once the stream has closed.
+import { createServer } from "node:http"
+import { chromium } from "playwright-core"
+
+const [streamUrl, savedOffset] = process.argv.slice(2)
+const executablePath = process.env.TAPEDECK_TEST_CHROMIUM ?? "/usr/bin/chromium"
+
+const page = `<!doctype html>
+<meta charset="utf-8">
+<pre id="out"></pre>
+<script>
+  window.received = ""; window.connected = false; window.done = false
+  const es = new EventSource(${JSON.stringify(`${streamUrl}?offset=${savedOffset}&live=sse`)})
+  es.addEventListener("data", (e) => { out.textContent += e.data; window.received += e.data })
+  es.addEventListener("control", (e) => { window.connected = true; if (JSON.parse(e.data).streamClosed) { es.close(); window.done = true } })
+</script>`
+
+// The page comes from another origin than the stream, as an app's page would: CORS applies.
+const server = createServer((_, res) => {
+  res.writeHead(200, { "content-type": "text/html; charset=utf-8" })
+  res.end(page)
+})
+await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve))
+const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] })
+try {
+  const tab = await browser.newPage()
+  await tab.goto(`http://127.0.0.1:${server.address().port}/`)
+  await tab.waitForFunction(() => window.connected, null, { timeout: 20000 })
+  console.log("connected")
+  await tab.waitForFunction(() => window.done, null, { timeout: 20000 })
+  const received = await tab.evaluate(() => window.received)
+  console.log(JSON.stringify({ received }))
+} finally {
+  await browser.close()
+  server.close()
+}
