@@ -11,7 +11,7 @@ if [[ -z "$binary" ]]; then
   cargo build --release --quiet --bin tapedeck
   binary="${CARGO_TARGET_DIR:-target}/release/tapedeck"
 fi
-[ -d conformance/node_modules ] || (cd conformance && npm ci --silent --no-audit --no-fund)
+[ -x conformance/node_modules/.bin/vitest ] || (cd conformance && npm ci --silent --no-audit --no-fund)
 data_dir="$(mktemp -d)"
 port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"
 grpc_port="$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])')"

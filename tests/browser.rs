@@ -23,7 +23,10 @@ async fn committed(url: &str, len: usize) {
         if next.is_some_and(|n| n.to_str().unwrap() == want) {
             return;
         }
-        assert!(tokio::time::Instant::now() < deadline, "{len} bytes never committed");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{len} bytes never committed"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
@@ -42,7 +45,9 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
 
     // What an earlier page load had seen before the reload: the first three tokens.
     let before = ["Once ", "upon ", "a time, "];
-    let during = ["there ", "was ", "a ", "stream ", "that ", "never ", "forgot. ", "✓"];
+    let during = [
+        "there ", "was ", "a ", "stream ", "that ", "never ", "forgot. ", "✓",
+    ];
     for token in before {
         recording.send(token).await;
     }
@@ -59,7 +64,9 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
         .spawn()
         .expect("cannot run node");
     let mut lines = BufReader::new(page.stdout.take().unwrap()).lines();
-    let first = tokio::task::block_in_place(|| lines.next()).unwrap().unwrap();
+    let first = tokio::task::block_in_place(|| lines.next())
+        .unwrap()
+        .unwrap();
     assert_eq!(first, "connected");
 
     // The rest arrives while the page follows it live.
@@ -69,7 +76,9 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     let answer = recording.complete().await.unwrap();
     assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32);
 
-    let result = tokio::task::block_in_place(|| lines.next()).unwrap().unwrap();
+    let result = tokio::task::block_in_place(|| lines.next())
+        .unwrap()
+        .unwrap();
     let result: serde_json::Value = serde_json::from_str(&result).unwrap();
     assert!(page.wait().unwrap().success());
     assert_eq!(result["received"], during.concat());

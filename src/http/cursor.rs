@@ -9,13 +9,23 @@ const INTERVAL: Duration = Duration::from_secs(20);
 /// Most jitter added past a client's cursor, in intervals (an hour).
 const MAX_JITTER_INTERVALS: u64 = 180;
 
-/// The cursor for a live response to a request that echoed `client` (if any).
-pub(crate) fn next(client: Option<&str>) -> String {
+fn current() -> u64 {
     let now = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .unwrap_or_default()
         .as_secs();
-    let current = now.saturating_sub(CURSOR_EPOCH_SECS) / INTERVAL.as_secs();
+    now.saturating_sub(CURSOR_EPOCH_SECS) / INTERVAL.as_secs()
+}
+
+/// A later cursor of the same SSE connection: the current interval, never below `previous`.
+pub(crate) fn after(previous: &str) -> String {
+    let previous = previous.parse::<u64>().unwrap_or(0);
+    current().max(previous).to_string()
+}
+
+/// The cursor for a live response to a request that echoed `client` (if any).
+pub(crate) fn next(client: Option<&str>) -> String {
+    let current = current();
     let client = client.and_then(|c| c.parse::<u64>().ok());
     let cursor = match client {
         Some(client) if client >= current => {

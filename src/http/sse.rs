@@ -152,7 +152,11 @@ fn events(
             let closed = reader.ended();
             // Caught up when nothing more is committed right now.
             let up_to_date = closed || bytes < MAX_EVENT_BYTES;
-            let next_cursor = (!closed).then(|| cursor::next(cursor.as_deref()));
+            // The request's cursor decides the first; later ones only keep up with the time.
+            let next_cursor = (!closed).then(|| match (&cursor, first) {
+                (Some(previous), false) => cursor::after(previous),
+                _ => cursor::next(cursor.as_deref()),
+            });
             control_event(
                 &mut out,
                 reader.position(),
