@@ -237,3 +237,30 @@ async fn streams_producer_state_and_closure_survive_a_sigkill() {
         .unwrap();
     assert_eq!(refused.status(), StatusCode::CONFLICT);
 }
+
+#[tokio::test]
+async fn a_new_grpc_recording_replaces_an_http_stream_at_the_same_path() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("shared-path");
+    let created = http()
+        .put(&url)
+        .header("content-type", "application/json")
+        .body(r#"[{"old":true}]"#)
+        .header(CLOSED, "true")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let before = http().get(&url).send().await.unwrap();
+    assert_eq!(before.text().await.unwrap(), r#"[{"old":true}]"#);
+
+    record_all(&server.recorder().await, b"shared-path", &["new ", "text"]).await;
+    let after = http().get(&url).send().await.unwrap();
+    assert_eq!(
+        header(&after, "content-type").unwrap(),
+        "text/plain; charset=utf-8"
+    );
+    assert_eq!(after.text().await.unwrap(), "new text");
+    server.stop().await;
+}

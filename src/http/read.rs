@@ -221,14 +221,23 @@ impl Reader {
 }
 
 impl HttpFace {
-    /// What is at stream `id` for a read: its snapshot, or the reply that refuses it.
-    pub(crate) async fn snapshot(&self, id: &ConversationId) -> Result<Snapshot, Reply> {
+    /// What is at stream `id` for a read: its snapshot, or the reply that refuses it. A read
+    /// that `touches` counts against the stream's sliding TTL (HEAD does not).
+    pub(crate) async fn snapshot(
+        &self,
+        id: &ConversationId,
+        touch: bool,
+    ) -> Result<Snapshot, Reply> {
         match self.streams.find(id).await.map_err(failed)? {
             Found::Stream(handle) => {
                 let mut state = handle.state.lock().await;
                 state.refresh();
-                if state.gone || state.expired(self.streams.now_ms()) {
+                let now = self.streams.now_ms();
+                if state.gone || state.expired(now) {
                     return Err(missing(id));
+                }
+                if touch {
+                    state.touched_ms = now;
                 }
                 Ok(Snapshot::of(&state))
             }
@@ -258,16 +267,9 @@ impl HttpFace {
         })
     }
 
-    /// Counts a read against a stream's sliding TTL.
-    pub(crate) async fn touch(&self, id: &ConversationId) {
-        if let Ok(Found::Stream(handle)) = self.streams.find(id).await {
-            handle.state.lock().await.touched_ms = self.streams.now_ms();
-        }
-    }
-
     /// HEAD.
     pub(crate) async fn head(&self, id: &ConversationId) -> Replied {
-        let snapshot = self.snapshot(id).await?;
+        let snapshot = self.snapshot(id, false).await?;
         let mut reply = Reply::new(StatusCode::OK)
             .content_type(&snapshot.content_type)
             .next_offset(snapshot.tail)
@@ -291,8 +293,7 @@ impl HttpFace {
         cursor_param: Option<&str>,
         headers: &HeaderMap,
     ) -> Replied {
-        let snapshot = self.snapshot(id).await?;
-        self.touch(id).await;
+        let snapshot = self.snapshot(id, true).await?;
         let json = snapshot.is_json();
         let offset = match from {
             ReadFrom::At(offset) => offset,

@@ -60,8 +60,7 @@ impl HttpFace {
         from: ReadFrom,
         cursor_param: Option<String>,
     ) -> Replied {
-        let snapshot = self.snapshot(id).await?;
-        self.touch(id).await;
+        let snapshot = self.snapshot(id, true).await?;
         let offset = match from {
             ReadFrom::At(offset) => offset,
             ReadFrom::Now => snapshot.tail,

@@ -22,6 +22,8 @@ pub(crate) struct Handle {
 /// A stream's state, under its handle's lock.
 pub(crate) struct State {
     pub(crate) row: StreamRow,
+    /// Which of the conversation's recordings this stream is.
+    pub(crate) generation: u64,
     /// The producer session writing it, while it is open.
     pub(crate) writer: Option<TapeWriter>,
     /// Bytes of its own recording: the tail is `base + own`.
@@ -124,7 +126,13 @@ impl Streams {
     pub(crate) async fn find(&self, id: &ConversationId) -> Result<Found> {
         let cached = self.handles().get(&id.key()).cloned();
         if let Some(handle) = cached {
-            let state = handle.state.lock().await;
+            let mut state = handle.state.lock().await;
+            state.refresh();
+            if state.closed && !state.gone && !self.still_stored(id, state.generation).await? {
+                // Collected by the sweeper, or replaced by a newer recording since.
+                state.gone = true;
+                self.forget(id.key());
+            }
             if !state.gone {
                 if state.row.soft_deleted {
                     return Ok(Found::SoftDeleted);
@@ -142,6 +150,15 @@ impl Streams {
         self.load(id).await
     }
 
+    /// Whether recording `generation` of `id` is still the one stored.
+    async fn still_stored(&self, id: &ConversationId, generation: u64) -> Result<bool> {
+        let store = self.recorder.recordings().store();
+        Ok(match store.lookup(id.key()).await? {
+            Lookup::Stored(meta) => meta.generation == generation && meta.status != Status::Deleted,
+            _ => false,
+        })
+    }
+
     async fn load(&self, id: &ConversationId) -> Result<Found> {
         let store = self.recorder.recordings().store();
         let meta = match store.lookup(id.key()).await? {
@@ -156,6 +173,7 @@ impl Streams {
         }
         let mut state = State {
             row,
+            generation: meta.generation,
             writer: None,
             own: meta.byte_len,
             closed: !meta.status.is_live(),

@@ -144,8 +144,10 @@ impl HttpFace {
         }
         let base = row.fork.as_ref().map_or(0, |f| f.offset);
         let content_type = row.content_type.clone();
+        let generation = writer.tape().generation();
         let state = State {
             row,
+            generation,
             writer: (!ask.closed).then_some(writer),
             own,
             closed: ask.closed,

@@ -203,8 +203,8 @@ impl Replay {
         self
     }
 
-    /// As [`next`](Self::next), with messages of at most `max_bytes` (clamped to 4 bytes ..=
-    /// [`MAX_MESSAGE_BYTES`], so that any UTF-8 character fits).
+    /// As [`next`](Self::next), with messages of at most `max_bytes` (in a text replay,
+    /// clamped to 4 bytes ..= [`MAX_MESSAGE_BYTES`], so that any UTF-8 character fits).
     pub async fn next_up_to(&mut self, max_bytes: usize) -> Result<Option<Piece>> {
         self.fetch(max_bytes, true).await
     }
@@ -218,7 +218,11 @@ impl Replay {
     }
 
     async fn fetch(&mut self, max_bytes: usize, wait: bool) -> Result<Option<Piece>> {
-        let max_bytes = max_bytes.clamp(4, MAX_MESSAGE_BYTES);
+        // A gRPC message holds at most 64 KiB of text; a byte replay's caller sets its own.
+        let max_bytes = match self.text {
+            true => max_bytes.clamp(4, MAX_MESSAGE_BYTES),
+            false => max_bytes.max(1),
+        };
         loop {
             if self.ended.is_some() {
                 return Ok(None);

@@ -1,0 +1,137 @@
+//! `tapedeck-ds-bench`: tapedeck's HTTP face against two other Durable Streams servers, all
+//! with acknowledgements that wait for the disk, in one run: appends/s with 1,000 writers,
+//! SSE append→receive latency with 200 streams × 50 messages/s, and catch-up read MB/s. Prints
+//! one table per measure with each peer's ratio to tapedeck.
+mod scenarios;
+mod servers;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, Result};
+use clap::Parser;
+
+use servers::{Binaries, Kind};
+
+/// Runs the Durable Streams comparison (see BENCHMARKS.md).
+#[derive(Parser)]
+struct Cli {
+    /// The tapedeck binary.
+    #[arg(long, default_value = "target/release/tapedeck")]
+    tapedeck: PathBuf,
+    /// Electric's `durable-streams-server` (`cargo install durable-streams@0.1.5`).
+    #[arg(long)]
+    electric: PathBuf,
+    /// `durable-streams-server` 0.3.0 (`cargo install durable-streams-server@0.3.0`).
+    #[arg(long)]
+    ds_server: PathBuf,
+    /// Where the servers keep their data (a directory on the disk being measured).
+    #[arg(long, default_value = "target/ds-bench")]
+    work_dir: PathBuf,
+    /// Seconds measured per run, after the warm-up.
+    #[arg(long, default_value_t = 10)]
+    seconds: u64,
+    /// Concurrent writers of the append measure.
+    #[arg(long, default_value_t = 1000)]
+    writers: usize,
+    /// Streams (and SSE readers) of the latency measure.
+    #[arg(long, default_value_t = 200)]
+    streams: usize,
+    /// Messages a second per stream in the latency measure.
+    #[arg(long, default_value_t = 50)]
+    rate: u32,
+}
+
+fn main() -> Result<()> {
+    let cli = Cli::parse();
+    std::fs::create_dir_all(&cli.work_dir).context("making the work dir")?;
+    let bins = Binaries {
+        tapedeck: cli.tapedeck.clone(),
+        electric: cli.electric.clone(),
+        ds_server: cli.ds_server.clone(),
+    };
+    let runtime = tokio::runtime::Runtime::new()?;
+    runtime.block_on(run(&cli, &bins))
+}
+
+const KINDS: [Kind; 3] = [Kind::Tapedeck, Kind::Electric, Kind::DsAcid];
+const WARMUP: Duration = Duration::from_secs(2);
+
+async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
+    let measure = Duration::from_secs(cli.seconds);
+    let run_id = std::process::id();
+
+    eprintln!(
+        "== appends: {} writers, 64-byte appends, each on its own stream, {}s",
+        cli.writers, cli.seconds
+    );
+    let mut appends = Vec::new();
+    for kind in KINDS {
+        let server = servers::start(kind, bins, &cli.work_dir).await?;
+        let run = format!("a{run_id}");
+        let result =
+            scenarios::appends(&server.base, &run, cli.writers, 64, WARMUP, measure).await?;
+        eprintln!(
+            "   {:<24} {:>9.0} appends/s   ack p50 {:>7.2} ms  p99 {:>7.2} ms",
+            kind.name(),
+            result.appends_per_s,
+            result.ack_p50_ms,
+            result.ack_p99_ms
+        );
+        appends.push((kind, result));
+    }
+    let base = appends[0].1.appends_per_s;
+    for (kind, result) in &appends[1..] {
+        eprintln!(
+            "   tapedeck / {}: {:.2}x appends/s",
+            kind.name(),
+            base / result.appends_per_s
+        );
+    }
+
+    eprintln!(
+        "== SSE latency: {} streams × {} messages/s, one SSE reader each, {}s",
+        cli.streams, cli.rate, cli.seconds
+    );
+    let mut latencies = Vec::new();
+    for kind in KINDS {
+        let server = servers::start(kind, bins, &cli.work_dir).await?;
+        let run = format!("l{run_id}");
+        let result =
+            scenarios::sse_latency(&server.base, &run, cli.streams, cli.rate, WARMUP, measure)
+                .await?;
+        eprintln!(
+            "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)",
+            kind.name(),
+            result.p50_ms,
+            result.p99_ms,
+            result.max_ms,
+            result.sent,
+            result.received
+        );
+        latencies.push((kind, result));
+    }
+    let base = latencies[0].1.p99_ms;
+    for (kind, result) in &latencies[1..] {
+        eprintln!(
+            "   {} p99 / tapedeck p99: {:.2}x",
+            kind.name(),
+            result.p99_ms / base
+        );
+    }
+
+    eprintln!("== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × 5 reads from the start");
+    let mut reads = Vec::new();
+    for kind in KINDS {
+        let server = servers::start(kind, bins, &cli.work_dir).await?;
+        let run = format!("c{run_id}");
+        let mb_s = scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, 5).await?;
+        eprintln!("   {:<24} {:>9.0} MB/s", kind.name(), mb_s);
+        reads.push((kind, mb_s));
+    }
+    let base = reads[0].1;
+    for (kind, mb_s) in &reads[1..] {
+        eprintln!("   tapedeck / {}: {:.2}x MB/s", kind.name(), base / mb_s);
+    }
+    Ok(())
+}
