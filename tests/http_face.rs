@@ -180,7 +180,13 @@ async fn grants_open_streams_by_header_or_token_parameter_and_refusals_are_401_o
 async fn streams_producer_state_and_closure_survive_a_sigkill() {
     let dir = tempfile::tempdir().unwrap();
     let http_addr = free_port().to_string();
-    let args = ["--http-listen", http_addr.as_str()];
+    // No grace period: an open stream must not need one to survive the restart.
+    let args = [
+        "--http-listen",
+        http_addr.as_str(),
+        "--producer-grace",
+        "0s",
+    ];
     let server = BinaryServer::spawn(dir.path(), &args);
     let url = format!("http://{http_addr}/v1/stream/survivor");
     let closed_url = format!("http://{http_addr}/v1/stream/finished");

@@ -106,7 +106,8 @@ impl Registry {
     }
 
     /// Ends `tape` as `interrupted` after the grace period, unless a producer resumes it or
-    /// the server shuts down first. `session` is the producer that let go, for `reason`.
+    /// the server shuts down first. `session` is the producer that let go, for `reason`. A
+    /// stream held open by the HTTP face has no grace period: it ends when closed or expired.
     pub(super) fn start_grace(
         &self,
         store: &Store,
@@ -114,7 +115,7 @@ impl Registry {
         session: u64,
         reason: String,
     ) {
-        if self.stopping.is_cancelled() {
+        if self.stopping.is_cancelled() || tape.is_held_open() {
             return;
         }
         let grace = self.policy.grace;
@@ -205,6 +206,10 @@ impl Recordings {
                 timed_chunks: recovered.timed_chunks,
             };
             let tape = registry.adopt(recovered.id, opening);
+            if recovered.held_open {
+                // A stream made over HTTP: the HTTP face takes it over; no grace runs out.
+                tape.hold_open();
+            }
             let reason = "the server restarted".to_string();
             registry.start_grace(&store, &tape, 0, reason);
         }

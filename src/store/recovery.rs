@@ -29,6 +29,9 @@ pub struct RecoveredLive {
     pub bytes: u64,
     /// Whether its chunks carry their commit time.
     pub timed_chunks: bool,
+    /// A stream made over HTTP (it has a `streams` row): open until closed, whatever the
+    /// grace period.
+    pub held_open: bool,
 }
 
 /// Opens (or creates) the database at `path`, repairing it after a crash, upgrades an older
@@ -233,6 +236,11 @@ fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
     let mut live = Vec::new();
     let txn = db.begin_read().map_err(Error::storage)?;
     let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
+    let streams = match txn.open_table(super::stream_row::STREAMS) {
+        Ok(table) => Some(table),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(err) => return Err(Error::storage(err)),
+    };
     for entry in recordings.iter().map_err(Error::storage)? {
         let (key, value) = entry.map_err(Error::storage)?;
         let meta = decode_meta(value.value())?;
@@ -246,12 +254,17 @@ fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
         let id = ConversationId::parse(&meta.original_id).map_err(|_| Error::Corrupt {
             detail: format!("recording {key:032x} has an id that does not parse"),
         })?;
+        let held_open = match &streams {
+            Some(streams) => streams.get(key).map_err(Error::storage)?.is_some(),
+            None => false,
+        };
         live.push(RecoveredLive {
             id,
             generation: meta.generation,
             chunks,
             bytes,
             timed_chunks: meta.timed_chunks,
+            held_open,
         });
     }
     Ok(live)

@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# The Durable Streams comparison of BENCHMARKS.md: tapedeck's HTTP face against Electric's
+# durable-streams-server (crate durable-streams 0.1.5, WAL durability) and
+# durable-streams-server 0.3.0 in acid (redb) mode, one run:
+#   appends/s with 1,000 writers; SSE append→receive latency, 200 streams × 50 messages/s;
+#   catch-up read MB/s.
+# Installs the two peers with `cargo install` into target/ds-peers the first time (a few
+# minutes on 2 cores). Extra arguments go to tapedeck-ds-bench (e.g. --seconds 5).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+peers="${DS_PEERS:-target/ds-peers}"
+[ -x "$peers/electric/bin/durable-streams-server" ] ||
+    cargo install --quiet --root "$peers/electric" durable-streams@0.1.5
+[ -x "$peers/ds-server/bin/durable-streams-server" ] ||
+    cargo install --quiet --root "$peers/ds-server" durable-streams-server@0.3.0
+
+cargo build --release --features loadgen --bin tapedeck --bin tapedeck-ds-bench
+echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; source $(git describe --always --dirty 2>/dev/null || echo unknown)" >&2
+echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
+target/release/tapedeck-ds-bench \
+    --electric "$peers/electric/bin/durable-streams-server" \
+    --ds-server "$peers/ds-server/bin/durable-streams-server" "$@"
+echo "load after the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
