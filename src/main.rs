@@ -1,5 +1,6 @@
 //! The `tapedeck` binary: parses the command line (flags with `TAPEDECK_*` env fallbacks),
 //! starts logging, and runs the server until SIGINT or SIGTERM.
+
 use std::io::IsTerminal;
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -15,6 +16,11 @@ use tapedeck::Config;
 use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
 use tapedeck::config::LocatorConfig;
 use tapedeck::config::TlsFiles;
+
+/// mimalloc instead of glibc's malloc: under many connections glibc's arenas contend on their
+/// locks and grow and trim the heap (`mprotect`) over and over; profiled in BENCHMARKS.md.
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 mod cli;
 mod flags;

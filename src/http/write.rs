@@ -64,7 +64,9 @@ fn chunks_of(content_type: &str, body: Bytes, create: bool) -> Result<Vec<Bytes>
             ),
         });
     }
-    Ok(vec![body])
+    // Copied out: the body may be a slice of the connection's read buffer, which the live
+    // recording's in-memory tail would otherwise keep alive whole.
+    Ok(vec![Bytes::copy_from_slice(&body)])
 }
 
 /// Maps a recorder error on a write to a reply.

@@ -40,98 +40,116 @@ struct Cli {
     /// Messages a second per stream in the latency measure.
     #[arg(long, default_value_t = 50)]
     rate: u32,
+    /// Measure only tapedeck (for profiling it; no ratios).
+    #[arg(long)]
+    tapedeck_only: bool,
+    /// Which measures to run: appends, sse, catch-up.
+    #[arg(long, value_delimiter = ',', default_value = "appends,sse,catch-up")]
+    measures: Vec<String>,
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     std::fs::create_dir_all(&cli.work_dir).context("making the work dir")?;
+    // Absolute: a server may run in its data dir.
+    let absolute = |path: &PathBuf| {
+        std::fs::canonicalize(path).with_context(|| format!("no binary at {}", path.display()))
+    };
     let bins = Binaries {
-        tapedeck: cli.tapedeck.clone(),
-        electric: cli.electric.clone(),
-        ds_server: cli.ds_server.clone(),
+        tapedeck: absolute(&cli.tapedeck)?,
+        electric: absolute(&cli.electric)?,
+        ds_server: absolute(&cli.ds_server)?,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run(&cli, &bins))
 }
 
-const KINDS: [Kind; 3] = [Kind::Tapedeck, Kind::Electric, Kind::DsAcid];
+const ALL: [Kind; 3] = [Kind::Tapedeck, Kind::Electric, Kind::DsAcid];
 const WARMUP: Duration = Duration::from_secs(2);
 
 async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
     let measure = Duration::from_secs(cli.seconds);
     let run_id = std::process::id();
+    let kinds: &[Kind] = if cli.tapedeck_only { &ALL[..1] } else { &ALL };
+    let wants = |name: &str| cli.measures.iter().any(|m| m == name);
 
-    eprintln!(
-        "== appends: {} writers, 64-byte appends, each on its own stream, {}s",
-        cli.writers, cli.seconds
-    );
-    let mut appends = Vec::new();
-    for kind in KINDS {
-        let server = servers::start(kind, bins, &cli.work_dir).await?;
-        let run = format!("a{run_id}");
-        let result =
-            scenarios::appends(&server.base, &run, cli.writers, 64, WARMUP, measure).await?;
+    if wants("appends") {
         eprintln!(
-            "   {:<24} {:>9.0} appends/s   ack p50 {:>7.2} ms  p99 {:>7.2} ms",
-            kind.name(),
-            result.appends_per_s,
-            result.ack_p50_ms,
-            result.ack_p99_ms
+            "== appends: {} writers, 64-byte appends, each on its own stream, {}s",
+            cli.writers, cli.seconds
         );
-        appends.push((kind, result));
+        let mut appends = Vec::new();
+        for &kind in kinds {
+            let server = servers::start(kind, bins, &cli.work_dir).await?;
+            let run = format!("a{run_id}");
+            let result =
+                scenarios::appends(&server.base, &run, cli.writers, 64, WARMUP, measure).await?;
+            eprintln!(
+                "   {:<24} {:>9.0} appends/s   ack p50 {:>7.2} ms  p99 {:>7.2} ms",
+                kind.name(),
+                result.appends_per_s,
+                result.ack_p50_ms,
+                result.ack_p99_ms
+            );
+            appends.push((kind, result));
+        }
+        let base = appends[0].1.appends_per_s;
+        for (kind, result) in &appends[1..] {
+            eprintln!(
+                "   tapedeck / {}: {:.2}x appends/s",
+                kind.name(),
+                base / result.appends_per_s
+            );
+        }
     }
-    let base = appends[0].1.appends_per_s;
-    for (kind, result) in &appends[1..] {
+    if wants("sse") {
         eprintln!(
-            "   tapedeck / {}: {:.2}x appends/s",
-            kind.name(),
-            base / result.appends_per_s
+            "== SSE latency: {} streams × {} messages/s, one SSE reader each, {}s",
+            cli.streams, cli.rate, cli.seconds
         );
+        let mut latencies = Vec::new();
+        for &kind in kinds {
+            let server = servers::start(kind, bins, &cli.work_dir).await?;
+            let run = format!("l{run_id}");
+            let result =
+                scenarios::sse_latency(&server.base, &run, cli.streams, cli.rate, WARMUP, measure)
+                    .await?;
+            eprintln!(
+                "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)",
+                kind.name(),
+                result.p50_ms,
+                result.p99_ms,
+                result.max_ms,
+                result.sent,
+                result.received
+            );
+            latencies.push((kind, result));
+        }
+        let base = latencies[0].1.p99_ms;
+        for (kind, result) in &latencies[1..] {
+            eprintln!(
+                "   {} p99 / tapedeck p99: {:.2}x",
+                kind.name(),
+                result.p99_ms / base
+            );
+        }
     }
-
-    eprintln!(
-        "== SSE latency: {} streams × {} messages/s, one SSE reader each, {}s",
-        cli.streams, cli.rate, cli.seconds
-    );
-    let mut latencies = Vec::new();
-    for kind in KINDS {
-        let server = servers::start(kind, bins, &cli.work_dir).await?;
-        let run = format!("l{run_id}");
-        let result =
-            scenarios::sse_latency(&server.base, &run, cli.streams, cli.rate, WARMUP, measure)
-                .await?;
+    if wants("catch-up") {
         eprintln!(
-            "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)",
-            kind.name(),
-            result.p50_ms,
-            result.p99_ms,
-            result.max_ms,
-            result.sent,
-            result.received
+            "== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × 5 reads from the start"
         );
-        latencies.push((kind, result));
-    }
-    let base = latencies[0].1.p99_ms;
-    for (kind, result) in &latencies[1..] {
-        eprintln!(
-            "   {} p99 / tapedeck p99: {:.2}x",
-            kind.name(),
-            result.p99_ms / base
-        );
-    }
-
-    eprintln!("== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × 5 reads from the start");
-    let mut reads = Vec::new();
-    for kind in KINDS {
-        let server = servers::start(kind, bins, &cli.work_dir).await?;
-        let run = format!("c{run_id}");
-        let mb_s = scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, 5).await?;
-        eprintln!("   {:<24} {:>9.0} MB/s", kind.name(), mb_s);
-        reads.push((kind, mb_s));
-    }
-    let base = reads[0].1;
-    for (kind, mb_s) in &reads[1..] {
-        eprintln!("   tapedeck / {}: {:.2}x MB/s", kind.name(), base / mb_s);
+        let mut reads = Vec::new();
+        for &kind in kinds {
+            let server = servers::start(kind, bins, &cli.work_dir).await?;
+            let run = format!("c{run_id}");
+            let mb_s = scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, 5).await?;
+            eprintln!("   {:<24} {:>9.0} MB/s", kind.name(), mb_s);
+            reads.push((kind, mb_s));
+        }
+        let base = reads[0].1;
+        for (kind, mb_s) in &reads[1..] {
+            eprintln!("   tapedeck / {}: {:.2}x MB/s", kind.name(), base / mb_s);
+        }
     }
     Ok(())
 }
