@@ -270,3 +270,39 @@ async fn a_new_grpc_recording_replaces_an_http_stream_at_the_same_path() {
     assert_eq!(after.text().await.unwrap(), "new text");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn appends_over_the_producers_limits_are_413_and_store_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.max_chunk_bytes = 1024;
+    config.max_recording_bytes = 3000;
+    let server = TestServer::start_with_http(config).await;
+    let url = server.stream_url("bounded");
+    let create = http()
+        .put(&url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(create.status(), StatusCode::CREATED);
+    let post = |len: usize| {
+        http()
+            .post(&url)
+            .header("content-type", "application/octet-stream")
+            .body(vec![7u8; len])
+            .send()
+    };
+    let big = post(1025).await.unwrap();
+    assert_eq!(big.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(big.text().await.unwrap().contains("--max-chunk-bytes"));
+    for _ in 0..2 {
+        assert_eq!(post(1024).await.unwrap().status(), StatusCode::NO_CONTENT);
+    }
+    let over = post(1000).await.unwrap();
+    assert_eq!(over.status(), StatusCode::PAYLOAD_TOO_LARGE);
+    assert!(over.text().await.unwrap().contains("--max-recording-bytes"));
+    let read = http().get(&url).send().await.unwrap();
+    assert_eq!(read.bytes().await.unwrap().len(), 2048);
+    server.stop().await;
+}

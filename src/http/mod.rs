@@ -3,13 +3,14 @@
 //!
 //! # Layout
 //! - `streams`: the handles of streams made over HTTP (row, producer session, lock).
-//! - `write`: create (forks too), append, close, delete; `producer`: idempotent producers;
+//! - `write`: create, append, close, delete; `fork`: forks; `producer`: idempotent producers;
 //!   `json`: JSON mode.
 //! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 mod access;
 mod cursor;
+mod fork;
 mod json;
 mod offset;
 mod producer;
@@ -288,7 +289,7 @@ impl HttpFace {
     fn fork_ask(
         &self,
         headers: &http::HeaderMap,
-    ) -> std::result::Result<Option<write::ForkAsk>, Reply> {
+    ) -> std::result::Result<Option<fork::ForkAsk>, Reply> {
         let source = request::text(headers, reply::STREAM_FORKED_FROM)?;
         let offset = request::offset(headers, reply::STREAM_FORK_OFFSET)?;
         let sub = request::text(headers, reply::STREAM_FORK_SUB_OFFSET)?;
@@ -314,7 +315,7 @@ impl HttpFace {
         let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
         let source = ConversationId::parse(decoded.as_bytes())
             .map_err(|err| bad(&format!("bad Stream-Forked-From: {err}")))?;
-        Ok(Some(write::ForkAsk {
+        Ok(Some(fork::ForkAsk {
             source,
             offset,
             sub_offset,

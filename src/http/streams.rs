@@ -109,6 +109,11 @@ impl Streams {
         self.handles().values().cloned().collect()
     }
 
+    /// `key`'s handle, if this run has loaded it.
+    pub(crate) fn get(&self, key: u128) -> Option<Arc<Handle>> {
+        self.handles().get(&key).cloned()
+    }
+
     /// Forgets `key`'s handle (after a delete or an expiry).
     pub(crate) fn forget(&self, key: u128) {
         self.handles().remove(&key);
@@ -124,7 +129,7 @@ impl Streams {
     ///
     /// Fails with a storage error.
     pub(crate) async fn find(&self, id: &ConversationId) -> Result<Found> {
-        let cached = self.handles().get(&id.key()).cloned();
+        let cached = self.get(id.key());
         if let Some(handle) = cached {
             let mut state = handle.state.lock().await;
             state.refresh();
@@ -295,7 +300,7 @@ impl Streams {
     /// Reads `key`'s row again (the store changed its fork count). A source whose last fork
     /// went is gone; then returns its own source, whose count changed too.
     async fn reload_row(&self, key: u128) -> Result<Option<u128>> {
-        let cached = self.handles().get(&key).cloned();
+        let cached = self.get(key);
         let Some(handle) = cached else {
             return Ok(None);
         };

@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use super::HttpFace;
+use super::fork::ForkAsk;
 use super::json::{self, JsonRefusal};
 use super::producer::{self, Verdict};
 use super::reply::*;
@@ -13,7 +14,7 @@ use super::streams::{Found, Handle, State};
 use crate::error::Error;
 use crate::id::ConversationId;
 use crate::recorder::Status;
-use crate::store::{ForkOf, ProducerStamp, StreamRow};
+use crate::store::{ProducerStamp, StreamRow};
 
 /// A create, as its headers and body ask.
 pub(crate) struct Create {
@@ -27,13 +28,6 @@ pub(crate) struct Create {
     pub(crate) location: String,
 }
 
-/// A fork, as `Stream-Forked-From` and its companions ask.
-pub(crate) struct ForkAsk {
-    pub(crate) source: ConversationId,
-    pub(crate) offset: Option<u64>,
-    pub(crate) sub_offset: u64,
-}
-
 /// An append (or close), as its headers and body ask.
 pub(crate) struct Append {
     pub(crate) content_type: Option<String>,
@@ -43,7 +37,7 @@ pub(crate) struct Append {
     pub(crate) producer: Option<ProducerStamp>,
 }
 
-fn same_type(a: &str, b: &str) -> bool {
+pub(crate) fn same_type(a: &str, b: &str) -> bool {
     json::essence(a).eq_ignore_ascii_case(json::essence(b))
 }
 
@@ -67,6 +61,36 @@ fn chunks_of(content_type: &str, body: Bytes, create: bool) -> Result<Vec<Bytes>
     // Copied out: the body may be a slice of the connection's read buffer, which the live
     // recording's in-memory tail would otherwise keep alive whole.
     Ok(vec![Bytes::copy_from_slice(&body)])
+}
+
+impl HttpFace {
+    /// Refuses `chunks` over `--max-chunk-bytes` each, or that would take a recording that
+    /// holds `own` bytes past `--max-recording-bytes`: 413, as the producers' limits on gRPC.
+    fn check_size(&self, chunks: &[Bytes], own: u64) -> Result<(), Reply> {
+        let limits = self.recorder.limits();
+        if let Some(big) = chunks.iter().find(|c| c.len() > limits.max_chunk_bytes) {
+            return Err(Reply::refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "a message of {} bytes is over this server's limit of {} bytes (--max-chunk-bytes)",
+                    big.len(),
+                    limits.max_chunk_bytes
+                ),
+            ));
+        }
+        let adding: u64 = chunks.iter().map(|c| c.len() as u64).sum();
+        if own + adding > limits.max_recording_bytes {
+            return Err(Reply::refuse(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "the stream would hold {} bytes, over this server's limit of {} bytes (--max-recording-bytes)",
+                    own + adding,
+                    limits.max_recording_bytes
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// Maps a recorder error on a write to a reply.
@@ -119,7 +143,18 @@ impl HttpFace {
             self.fork_from(fork, ask.content_type.as_deref(), &mut row)
                 .await?;
         }
-        let chunks = chunks_of(&row.content_type, ask.body.clone(), true)?;
+        let chunks = chunks_of(&row.content_type, ask.body.clone(), true)
+            .and_then(|chunks| self.check_size(&chunks, 0).map(|()| chunks));
+        let chunks = match chunks {
+            Ok(chunks) => chunks,
+            Err(refusal) => {
+                // A refused fork does not keep its source.
+                if let Some(fork) = &row.fork {
+                    self.release_source(fork.source).await;
+                }
+                return Err(refusal);
+            }
+        };
         let retention_ms = ask.ttl_secs.map(|ttl| ttl * 1000);
         let recordings = self.recorder.recordings();
         let writer = recordings
@@ -201,161 +236,6 @@ impl HttpFace {
             .content_type(&state.row.content_type)
             .next_offset(state.tail())
             .closed(state.closed))
-    }
-
-    /// Checks a fork's source and counts the fork in its row; fills in `row.fork`.
-    async fn fork_from(
-        &self,
-        ask: &ForkAsk,
-        asked_type: Option<&str>,
-        row: &mut StreamRow,
-    ) -> Result<(), Reply> {
-        let not_found = || {
-            Reply::refuse(
-                StatusCode::NOT_FOUND,
-                format!("the stream to fork from, {}, does not exist", ask.source),
-            )
-        };
-        let handle = match self.streams.find(&ask.source).await.map_err(failed)? {
-            Found::Stream(handle) => handle,
-            Found::SoftDeleted => {
-                return Err(Reply::refuse(
-                    StatusCode::CONFLICT,
-                    format!("the stream to fork from, {}, was deleted", ask.source),
-                ));
-            }
-            // A recording made over gRPC cannot be a source: it has no row to count forks in.
-            Found::Recording | Found::Missing => return Err(not_found()),
-        };
-        let mut source = handle.state.lock().await;
-        source.refresh();
-        if source.row.ttl_secs.is_some() || source.row.expires_at_ms.is_some() {
-            source.touched_ms = self.streams.now_ms();
-        }
-        if let Some(asked) = asked_type.filter(|t| !same_type(t, &source.row.content_type)) {
-            return Err(Reply::refuse(
-                StatusCode::CONFLICT,
-                format!(
-                    "a fork has its source's content type, {}; got {asked}",
-                    source.row.content_type
-                ),
-            ));
-        }
-        row.content_type = source.row.content_type.clone();
-        if row.ttl_secs.is_none() && row.expires_at_ms.is_none() {
-            row.ttl_secs = source.row.ttl_secs;
-            row.expires_at_ms = source.row.expires_at_ms;
-        }
-        let tail = source.tail();
-        let anchor = ask.offset.unwrap_or(tail);
-        if anchor > tail {
-            return Err(Reply::refuse(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "Stream-Fork-Offset {} is past the source's tail {}",
-                    super::offset::Offset(anchor),
-                    super::offset::Offset(tail)
-                ),
-            ));
-        }
-        let offset = self
-            .sub_offset(&ask.source, &source, anchor, ask.sub_offset)
-            .await?;
-        let generation = self.generation_of(&ask.source).await?;
-        row.fork = Some(ForkOf {
-            source: ask.source.key(),
-            source_generation: generation,
-            offset,
-            anchor,
-            sub_offset: ask.sub_offset,
-        });
-        source.row.forks += 1;
-        let store = self.recorder.recordings().store();
-        store
-            .put_stream_row(ask.source.key(), Some(&source.row))
-            .await
-            .map_err(failed)?;
-        Ok(())
-    }
-
-    /// The fork point `sub` bytes (or JSON messages) past `anchor` in `source`.
-    async fn sub_offset(
-        &self,
-        id: &ConversationId,
-        source: &State,
-        anchor: u64,
-        sub: u64,
-    ) -> Result<u64, Reply> {
-        if sub == 0 {
-            return Ok(anchor);
-        }
-        let overshoot = || {
-            Reply::refuse(
-                StatusCode::BAD_REQUEST,
-                "Stream-Fork-Sub-Offset names a position past the source's data",
-            )
-        };
-        let ends = self
-            .message_ends(id, source, anchor, sub)
-            .await
-            .map_err(failed)?;
-        if json::is_json(&source.row.content_type) {
-            return ends.get(sub as usize - 1).copied().ok_or_else(overshoot);
-        }
-        // Bytes: within the next message (chunk) after the anchor.
-        let next_end = ends.first().copied().ok_or_else(overshoot)?;
-        let offset = anchor + sub;
-        if offset > next_end {
-            return Err(overshoot());
-        }
-        Ok(offset)
-    }
-
-    /// The end offsets of up to `count` messages of `source` from `anchor`.
-    async fn message_ends(
-        &self,
-        id: &ConversationId,
-        source: &State,
-        anchor: u64,
-        count: u64,
-    ) -> crate::Result<Vec<u64>> {
-        let mut ends = Vec::new();
-        let mut reader = super::read::Reader::open(self, id, source, anchor, true).await?;
-        while (ends.len() as u64) < count {
-            match reader.ready(usize::MAX).await? {
-                Some(piece) => ends.push(piece.end),
-                None => break,
-            }
-        }
-        Ok(ends)
-    }
-
-    async fn generation_of(&self, id: &ConversationId) -> Result<u64, Reply> {
-        let store = self.recorder.recordings().store();
-        match store.meta(id.key()).await.map_err(failed)? {
-            Some(meta) => Ok(meta.generation),
-            None => Err(Reply::refuse(
-                StatusCode::NOT_FOUND,
-                format!("the stream to fork from, {id}, does not exist"),
-            )),
-        }
-    }
-
-    /// Uncounts a fork whose create failed.
-    async fn release_source(&self, source: u128) {
-        let handle = self
-            .streams
-            .all()
-            .into_iter()
-            .find(|h| h.id.key() == source);
-        if let Some(handle) = handle {
-            let mut state = handle.state.lock().await;
-            state.row.forks = state.row.forks.saturating_sub(1);
-            let store = self.recorder.recordings().store();
-            if let Err(err) = store.put_stream_row(source, Some(&state.row)).await {
-                tracing::warn!(error = %err, "could not uncount a failed fork");
-            }
-        }
     }
 
     /// POST: appends, closes, or both at once.
@@ -458,6 +338,7 @@ impl HttpFace {
             row.last_stream_seq = Some(seq.clone());
         }
         let chunks = chunks_of(&row.content_type, ask.body.clone(), false)?;
+        self.check_size(&chunks, state.own)?;
         if ask.closing {
             row.closed_by = ask.producer.clone();
         }

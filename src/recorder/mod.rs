@@ -286,6 +286,11 @@ impl Recorder {
             .collect())
     }
 
+    /// The limits producers are held to (every face's).
+    pub fn limits(&self) -> Limits {
+        self.limits
+    }
+
     /// Cancelled when the server shuts down: faces holding recordings open let go of them.
     pub fn stopping(&self) -> &CancellationToken {
         &self.stopping
