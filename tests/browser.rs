@@ -7,29 +7,10 @@ mod common;
 
 use std::io::{BufRead, BufReader};
 use std::process::{Command, Stdio};
-use std::time::Duration;
 
 use common::*;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// Waits (polling HEAD, up to [`WAIT`]) until stream `url` holds `len` bytes.
-async fn committed(url: &str, len: usize) {
-    let want = format!("0000000000000000_{len:016}");
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let head = reqwest::Client::new().head(url).send().await.unwrap();
-        let next = head.headers().get("stream-next-offset").cloned();
-        if next.is_some_and(|n| n.to_str().unwrap() == want) {
-            return;
-        }
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "{len} bytes never committed"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_once() {
@@ -53,7 +34,13 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     }
     let saved: usize = before.iter().map(|t| t.len()).sum();
     recording.send("there ").await;
-    committed(&url, saved + "there ".len()).await;
+    // Committed past the saved offset once a replay from there has its first message.
+    let client = server.recorder().await;
+    let mut after = replay_when_live(&client, b"browser-chat", saved as i64)
+        .await
+        .unwrap();
+    let first = tokio::time::timeout(WAIT, after.message()).await.unwrap();
+    assert_eq!(first.unwrap().unwrap().content, "there ");
 
     let mut page = Command::new("node")
         .arg(format!("{ROOT}/tests/browser/resume.mjs"))

@@ -49,6 +49,25 @@ impl Snapshot {
     pub(crate) fn is_json(&self) -> bool {
         json::is_json(&self.content_type)
     }
+
+    /// The byte offset a read `from` starts at: 400 past the tail.
+    pub(crate) fn start(&self, from: ReadFrom) -> Result<u64, Reply> {
+        let offset = match from {
+            ReadFrom::At(offset) => offset,
+            ReadFrom::Now => self.tail,
+        };
+        if offset > self.tail {
+            return Err(Reply::refuse(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "offset {} is past the stream's tail {}",
+                    Offset(offset),
+                    Offset(self.tail)
+                ),
+            ));
+        }
+        Ok(offset)
+    }
 }
 
 /// One piece of a read: bytes, or one JSON message.
@@ -295,20 +314,7 @@ impl HttpFace {
     ) -> Replied {
         let snapshot = self.snapshot(id, true).await?;
         let json = snapshot.is_json();
-        let offset = match from {
-            ReadFrom::At(offset) => offset,
-            ReadFrom::Now => snapshot.tail,
-        };
-        if offset > snapshot.tail {
-            return Err(Reply::refuse(
-                StatusCode::BAD_REQUEST,
-                format!(
-                    "offset {} is past the stream's tail {}",
-                    Offset(offset),
-                    Offset(snapshot.tail)
-                ),
-            ));
-        }
+        let offset = snapshot.start(from)?;
         let mut reader = Reader::open_at(self, id, snapshot.fork.clone(), offset, json)
             .await
             .map_err(failed)?;

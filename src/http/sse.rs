@@ -61,16 +61,7 @@ impl HttpFace {
         cursor_param: Option<String>,
     ) -> Replied {
         let snapshot = self.snapshot(id, true).await?;
-        let offset = match from {
-            ReadFrom::At(offset) => offset,
-            ReadFrom::Now => snapshot.tail,
-        };
-        if offset > snapshot.tail {
-            return Err(Reply::refuse(
-                StatusCode::BAD_REQUEST,
-                format!("offset {} is past the stream's tail", Offset(offset)),
-            ));
-        }
+        let offset = snapshot.start(from)?;
         let encoding = Encoding::of(&snapshot);
         let reader = Reader::open_at(
             self,
