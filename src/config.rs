@@ -38,6 +38,9 @@ pub struct Config {
     pub max_recording_bytes: u64,
     /// Most recordings live at once. Default 10,000.
     pub max_live_recordings: usize,
+    /// Size of the write-ahead log that makes the next commit a checkpoint; bounds what a
+    /// restart after a crash replays. Default 64 MiB.
+    pub checkpoint_bytes: u64,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,
     /// API keys and grant keys; nothing configured (the default) turns access control off.
@@ -83,6 +86,7 @@ impl Default for Config {
             max_chunk_bytes: 1024 * 1024,
             max_recording_bytes: 64 * 1024 * 1024,
             max_live_recordings: 10_000,
+            checkpoint_bytes: crate::store::DEFAULT_CHECKPOINT_BYTES,
             shutdown_timeout: Duration::from_secs(10),
             access: AccessConfig::default(),
             tls: None,

@@ -133,6 +133,11 @@ struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..),
           default_value_t = Config::default().max_live_recordings as u32)]
     max_live_recordings: u32,
+    /// Size of the write-ahead log that makes the next commit a checkpoint (redb synced, the
+    /// log emptied); bounds what a restart after a crash replays.
+    #[arg(long, env = "TAPEDECK_CHECKPOINT_SIZE", value_parser = parse_positive_size,
+          default_value_t = Bytes(Config::default().checkpoint_bytes))]
+    checkpoint_size: Bytes,
     /// How long shutdown waits for streams to end and the store to close.
     #[arg(long, env = "TAPEDECK_SHUTDOWN_TIMEOUT", value_parser = parse_duration,
           default_value_t = humantime::Duration::from(Config::default().shutdown_timeout))]
@@ -271,6 +276,7 @@ fn main() -> ExitCode {
         max_chunk_bytes: usize::try_from(args.max_chunk_bytes.0).unwrap_or(usize::MAX),
         max_recording_bytes: args.max_recording_bytes.0,
         max_live_recordings: args.max_live_recordings as usize,
+        checkpoint_bytes: args.checkpoint_size.0,
         shutdown_timeout: args.shutdown_timeout.into(),
         access,
         tls,
@@ -480,6 +486,7 @@ fn log_config(config: &Config) {
         max_chunk_bytes = %Bytes(config.max_chunk_bytes as u64),
         max_recording_bytes = %Bytes(config.max_recording_bytes),
         max_live_recordings = config.max_live_recordings,
+        checkpoint_size = %Bytes(config.checkpoint_bytes),
         shutdown_timeout = %humantime::format_duration(config.shutdown_timeout),
         api_keys = ?config.access.api_keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
         jwt_secret = config.access.jwt_secret.is_some(),

@@ -34,8 +34,14 @@ pub const APPENDED_BYTES: &str = "tapedeck_appended_bytes_total";
 pub const COMMITS: &str = "tapedeck_commits_total";
 /// Ops per commit.
 pub const COMMIT_BATCH_OPS: &str = "tapedeck_commit_batch_ops";
-/// Time of a commit's durable write (redb's commit, with its fsyncs).
+/// Time of a commit's durable write (its log write and sync and redb's commit, or a checkpoint).
 pub const COMMIT_FSYNC_SECONDS: &str = "tapedeck_commit_fsync_seconds";
+/// Checkpoints: redb made durable, the write-ahead log emptied.
+pub const CHECKPOINTS: &str = "tapedeck_checkpoints_total";
+/// Time of each checkpoint.
+pub const CHECKPOINT_SECONDS: &str = "tapedeck_checkpoint_seconds";
+/// Bytes in the write-ahead log: what a restart after a crash would replay.
+pub const WAL_BYTES: &str = "tapedeck_wal_bytes";
 /// Journal entries not yet folded and pruned.
 pub const JOURNAL_BACKLOG: &str = "tapedeck_journal_backlog_entries";
 /// Sweeper runs.
@@ -90,7 +96,21 @@ pub fn describe() {
     describe_histogram!(
         COMMIT_FSYNC_SECONDS,
         Unit::Seconds,
-        "Time of each commit's durable write (redb's commit and its fsyncs)."
+        "Time of each commit's durable write: its log write and sync and redb's commit, or a checkpoint."
+    );
+    describe_counter!(
+        CHECKPOINTS,
+        "Checkpoints: redb made durable and the write-ahead log emptied."
+    );
+    describe_histogram!(
+        CHECKPOINT_SECONDS,
+        Unit::Seconds,
+        "Time of each checkpoint."
+    );
+    describe_gauge!(
+        WAL_BYTES,
+        Unit::Bytes,
+        "Bytes in the write-ahead log: what a restart after a crash would replay."
     );
     describe_gauge!(
         JOURNAL_BACKLOG,

@@ -38,6 +38,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
     let options = StoreOptions {
         retention: config.retention,
         tombstone_retention: config.tombstone_retention,
+        checkpoint_bytes: config.checkpoint_bytes,
         ..StoreOptions::default()
     };
     Store::open(&config.database_path(), options)

@@ -77,6 +77,7 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                     "tombstones": stats.tombstones,
                     "live_bytes": stats.live_bytes,
                     "file_bytes": stats.file_bytes,
+                    "log_bytes": stats.log_bytes,
                 });
                 writeln!(out, "{value}")?;
             } else {
@@ -100,6 +101,13 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                     "file:            {} bytes for {} bytes of live data ({ratio:.2}x)",
                     stats.file_bytes, stats.live_bytes
                 )?;
+                if stats.log_bytes > 0 {
+                    writeln!(
+                        out,
+                        "write-ahead log: {} bytes of commits not in the file yet (`db check` or a start applies them)",
+                        stats.log_bytes
+                    )?;
+                }
             }
             Ok(ExitCode::SUCCESS)
         }

@@ -1,15 +1,18 @@
-//! The open redb file, and what keeps tapedeck going when the disk fails under it: after an
-//! I/O error redb refuses every further operation until the file is opened again, so the
-//! commit pipeline reopens it; and a reserve file keeps room to end recordings and collect old
-//! ones once the disk is full, while recordings that would grow the file are refused.
+//! The open redb file and its write-ahead log, how a commit goes to them, and what keeps
+//! tapedeck going when the disk fails under it: after an I/O error redb refuses every further
+//! operation until the file is opened again, so the commit pipeline reopens it (replaying the
+//! log); and a reserve file keeps room to end recordings and collect old ones once the disk is
+//! full, while recordings that would grow the file are refused.
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, RwLock};
 use std::time::{Duration, Instant};
 
-use redb::{Database, ReadableDatabase};
+use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 
+use super::wal::{self, Redo, Wal};
 use crate::error::{Error, Result};
+use crate::metrics as metric;
 
 /// Disk space set aside next to the database, given back when the disk fills up.
 const RESERVE_BYTES: usize = 4 * 1024 * 1024;
@@ -23,6 +26,10 @@ pub(crate) struct DbHandle {
     reserve: PathBuf,
     db: RwLock<Option<Database>>,
     full: Mutex<Full>,
+    /// Used by the commit pipeline only (the lock is never contended).
+    wal: Mutex<Wal>,
+    /// Log size that makes the next commit a checkpoint.
+    checkpoint_bytes: u64,
 }
 
 /// Whether the disk ran full, and when the store last looked for room.
@@ -32,10 +39,22 @@ struct Full {
 }
 
 impl DbHandle {
-    /// Wraps the database opened at `path`, and sets the disk reserve aside. A disk too full
-    /// for the reserve starts the store full.
-    pub(crate) fn new(path: &Path, db: Database) -> Result<DbHandle> {
+    /// Wraps the database opened at `path`, whose last checkpoint holds every commit up to
+    /// `last_lsn` (its log replayed), with an empty log; and sets the disk reserve aside. A disk
+    /// too full for the reserve starts the store full. Commits become checkpoints once the log
+    /// holds `checkpoint_bytes`.
+    pub(crate) fn new(
+        path: &Path,
+        db: Database,
+        last_lsn: u64,
+        checkpoint_bytes: u64,
+    ) -> Result<DbHandle> {
         let reserve = path.with_extension("reserve");
+        let wal_path = wal::path_of(path);
+        let wal = Wal::open_empty(&wal_path, last_lsn).map_err(|source| Error::DataDir {
+            path: wal_path,
+            source,
+        })?;
         let handle = DbHandle {
             path: path.to_path_buf(),
             reserve,
@@ -44,6 +63,8 @@ impl DbHandle {
                 since: None,
                 last_try: None,
             }),
+            wal: Mutex::new(wal),
+            checkpoint_bytes,
         };
         match handle.restore_reserve(false) {
             Ok(()) => {}
@@ -108,6 +129,41 @@ impl DbHandle {
         }
     }
 
+    /// Commits `txn`, whose changes `redo` holds: they are appended to the log and synced, then
+    /// committed to redb without a sync. Once the log holds the checkpoint size, the commit is a
+    /// checkpoint instead: redb commits durably, and the log is emptied.
+    ///
+    /// Fails as the log's write or redb's commit does; the log then holds nothing of `txn`.
+    pub(crate) fn commit(&self, mut txn: WriteTransaction, redo: &Redo) -> Result<()> {
+        let mut wal = self.lock_wal();
+        if wal.len() >= self.checkpoint_bytes || wal.needs_checkpoint() {
+            return checkpoint(txn, &mut wal);
+        }
+        let before = wal.append(&redo.take()).map_err(log_error)?;
+        metrics::gauge!(metric::WAL_BYTES).set(wal.len() as f64);
+        let committed = txn
+            .set_durability(Durability::None)
+            .map_err(Error::storage)
+            .and_then(|()| txn.commit().map_err(Error::storage));
+        if committed.is_err() {
+            wal.truncate(before);
+        }
+        committed
+    }
+
+    /// Makes everything committed so far durable in redb and empties the log, if it holds
+    /// anything: at shutdown, so that the next start has nothing to replay.
+    ///
+    /// Fails as redb's commit does.
+    pub(crate) fn checkpoint(&self) -> Result<()> {
+        let mut wal = self.lock_wal();
+        if wal.len() == 0 && !wal.needs_checkpoint() {
+            return Ok(());
+        }
+        let txn = self.begin_write()?;
+        checkpoint(txn, &mut wal)
+    }
+
     /// Called after a commit failed with `err`: on a full disk the reserve is given back and
     /// the store refuses to grow until there is room again; after any I/O error the file is
     /// reopened (redb repairs it to its last commit), since redb refuses to go on without.
@@ -163,6 +219,11 @@ impl DbHandle {
         if self.lock_full().since.is_none() {
             return;
         }
+        // Compaction commits durably by itself: the log must hold nothing it does not.
+        if let Err(err) = self.checkpoint() {
+            tracing::warn!(error = %err, "could not checkpoint before compacting the database");
+            return;
+        }
         let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
         let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
         let before = size();
@@ -188,6 +249,10 @@ impl DbHandle {
         db.take().is_some()
     }
 
+    fn lock_wal(&self) -> std::sync::MutexGuard<'_, Wal> {
+        self.wal.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
     fn lock_full(&self) -> std::sync::MutexGuard<'_, Full> {
         self.full.lock().unwrap_or_else(|e| e.into_inner())
     }
@@ -210,8 +275,12 @@ impl DbHandle {
         {
             tracing::warn!(error = %err, "could not release the disk reserve");
         }
-        let reopened = super::recovery::reopen(&self.path)?;
+        // redb lost the commits made since its checkpoint; the log gives them back.
+        let (reopened, last_lsn) = super::recovery::reopen(&self.path)?;
         *db = Some(reopened);
+        if let Err(err) = self.lock_wal().reset(last_lsn) {
+            tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");
+        }
         tracing::warn!(path = %self.path.display(), "database reopened after an I/O error");
         Ok(())
     }
@@ -245,6 +314,29 @@ impl DbHandle {
         }
         Ok(())
     }
+}
+
+/// Commits `txn` as a checkpoint of everything the log holds, and empties the log.
+fn checkpoint(txn: WriteTransaction, wal: &mut Wal) -> Result<()> {
+    let started = Instant::now();
+    let lsn = wal.last_lsn();
+    tracing::debug!(lsn, log_bytes = wal.len(), "checkpoint begins");
+    wal::checkpoint_commit(txn, lsn)?;
+    metrics::counter!(metric::CHECKPOINTS).increment(1);
+    metrics::histogram!(metric::CHECKPOINT_SECONDS).record(started.elapsed().as_secs_f64());
+    let elapsed_ms = started.elapsed().as_millis() as u64;
+    tracing::debug!(lsn, elapsed_ms, "checkpoint done");
+    if let Err(err) = wal.reset(lsn) {
+        // Its frames are all held by the checkpoint now: a replay skips them.
+        tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");
+    }
+    metrics::gauge!(metric::WAL_BYTES).set(wal.len() as f64);
+    Ok(())
+}
+
+/// A failed write to the log, as the error a failed commit reports.
+fn log_error(err: std::io::Error) -> Error {
+    Error::storage(redb::Error::Io(err))
 }
 
 /// Writes `bytes` of real bytes (not a sparse length: the space must be taken now) to a new

@@ -36,6 +36,7 @@ mod tables;
 #[cfg(test)]
 mod tests;
 mod upgrade;
+mod wal;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -66,6 +67,9 @@ const OP_QUEUE_DEPTH: usize = 16 * 1024;
 /// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
 pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 
+/// Default size of the write-ahead log that triggers a checkpoint.
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
+
 /// How a [`Store`] behaves.
 #[derive(Clone)]
 pub struct StoreOptions {
@@ -76,6 +80,9 @@ pub struct StoreOptions {
     pub tombstone_retention: Duration,
     /// Source of timestamps and expiry times. Default the system clock.
     pub clock: Arc<dyn Clock>,
+    /// Size the write-ahead log grows to before a checkpoint empties it; bounds what a restart
+    /// after a crash replays. Default 64 MiB.
+    pub checkpoint_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -84,6 +91,7 @@ impl Default for StoreOptions {
             retention: Duration::from_secs(30 * 60),
             tombstone_retention: Duration::from_secs(24 * 60 * 60),
             clock: Arc::new(SystemClock),
+            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
         }
     }
 }
@@ -121,8 +129,10 @@ impl Store {
     /// recovery cannot be committed.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
-        let (db, recovered) = recovery::open(path)?;
-        let db = Arc::new(DbHandle::new(path, db)?);
+        let opened = recovery::open(path)?;
+        let recovered = opened.live;
+        let db = DbHandle::new(path, opened.db, opened.last_lsn, options.checkpoint_bytes)?;
+        let db = Arc::new(db);
         let journal = Arc::new(JournalIndex::default());
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
         let settings = WriterSettings {

@@ -10,6 +10,7 @@ use redb::{
 };
 
 use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
+use super::wal;
 use crate::error::{Error, Result};
 use crate::recorder::Status;
 
@@ -30,6 +31,9 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Size of the file.
     pub file_bytes: u64,
+    /// Size of the write-ahead log: commits of a server that crashed, not in the file yet (a
+    /// start of the server, or `check`, applies them).
+    pub log_bytes: u64,
 }
 
 /// What a check found wrong; empty when nothing is.
@@ -53,6 +57,7 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
         journal_backlog: journal.len().map_err(Error::storage)?,
         tombstones: tombstones.len().map_err(Error::storage)?,
         file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
+        log_bytes: std::fs::metadata(wal::path_of(path)).map_or(0, |m| m.len()),
         ..Stats::default()
     };
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
@@ -86,7 +91,7 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
 ///
 /// Fails with `Storage` when the file cannot be opened (a running server holds it).
 pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems> {
-    let mut db = Database::open(path).map_err(|err| open_error(path, err))?;
+    let mut db = open_replayed(path)?;
     let mut problems = Problems::new();
     if !db.check_integrity().map_err(Error::storage)? {
         problems.push("redb's integrity check found damage, and repaired the file".into());
@@ -208,10 +213,18 @@ pub fn compact(path: &Path) -> Result<(u64, u64)> {
             .map_err(Error::storage)
     };
     let before = size()?;
-    let mut db = Database::open(path).map_err(|err| open_error(path, err))?;
+    let mut db = open_replayed(path)?;
     while db.compact().map_err(Error::storage)? {}
     drop(db);
     Ok((before, size()?))
+}
+
+/// Opens `path` for writing, with the commits its write-ahead log holds (a server that crashed
+/// left them there) applied first.
+fn open_replayed(path: &Path) -> Result<Database> {
+    let db = Database::open(path).map_err(|err| open_error(path, err))?;
+    wal::replay(&db, &wal::path_of(path))?;
+    Ok(db)
 }
 
 /// A clear error for a file that cannot be opened.

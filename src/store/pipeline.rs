@@ -11,6 +11,7 @@ use super::live::{Admission, Admit, Admitted, Chunk, Live, Resumed};
 use super::publish::{Effect, Waiter};
 use super::schema::{ChunkLayout, RecordingMeta};
 use super::tables::Tables;
+use super::wal::Redo;
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
@@ -196,6 +197,10 @@ impl Writer {
                 break;
             }
         }
+        // So that the next start has no log to replay.
+        if let Err(err) = self.db.checkpoint() {
+            tracing::error!(error = %err, "could not checkpoint at shutdown; the next start replays the write-ahead log");
+        }
         tracing::debug!("commit pipeline stopped");
     }
 
@@ -262,10 +267,11 @@ impl Writer {
         sweeping: bool,
     ) -> Result<()> {
         let txn = self.db.begin_write()?;
+        let redo = Redo::default();
         let now = self.settings.clock.now_ms();
         let pruned_to = self.journal_pruned_to;
         {
-            let mut t = Tables::open(&txn, &self.journal, delta, now)?;
+            let mut t = Tables::open(&txn, &self.journal, delta, &redo, now)?;
             if sweeping {
                 // Sweeps delete folded chunks in bounded commits; unfolded ones would all have
                 // to go at once, with their recording's row.
@@ -278,7 +284,7 @@ impl Writer {
             t.flush_metas()?;
         }
         let started = std::time::Instant::now();
-        let committed = txn.commit().map_err(Error::storage);
+        let committed = self.db.commit(txn, &redo);
         metrics::histogram!(metric::COMMIT_FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         committed
     }

@@ -10,6 +10,7 @@ use super::journal::JournalDelta;
 use super::live::{Chunk, Live, Resumed};
 use super::pipeline::{Op, SweepReport, Writer};
 use super::tables::Tables;
+use super::wal::Redo;
 use crate::error::{Error, Result};
 use crate::recorder::Status;
 
@@ -203,9 +204,10 @@ impl Writer {
         let txn = self.db.begin_write()?;
         // Nothing is appended here, so the journal and its index are left as they are.
         let mut delta = JournalDelta::new(self.next_seq);
+        let redo = Redo::default();
         {
             let now = self.settings.clock.now_ms();
-            let mut t = Tables::open(&txn, &self.journal, &mut delta, now)?;
+            let mut t = Tables::open(&txn, &self.journal, &mut delta, &redo, now)?;
             for live in lives {
                 let current = t.meta(live.key())?;
                 // Only a recording that is still this one and still live in the file.
@@ -220,7 +222,7 @@ impl Writer {
             }
             t.flush_metas()?;
         }
-        txn.commit().map_err(Error::storage)
+        self.db.commit(txn, &redo)
     }
 }
 

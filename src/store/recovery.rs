@@ -1,7 +1,7 @@
-//! Opening the database file: creating it, checking its schema version (upgrading older
-//! files), folding the journal (its in-memory index did not survive), and finding the
-//! recordings the last run left live, whose producers are gone: the recorder adopts them as
-//! detached recordings, which their producers may resume.
+//! Opening the database file: creating it, replaying its write-ahead log, checking its schema
+//! version (upgrading older files), folding the journal (its in-memory index did not survive),
+//! and finding the recordings the last run left live, whose producers are gone: the recorder
+//! adopts them as detached recordings, which their producers may resume.
 use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
@@ -13,6 +13,7 @@ use super::schema::{
 };
 use super::stored::StoredChunks;
 use super::upgrade;
+use super::wal;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 
@@ -34,39 +35,62 @@ pub struct RecoveredLive {
     pub held_open: bool,
 }
 
-/// Opens (or creates) the database at `path`, repairing it after a crash, upgrades an older
-/// schema, folds the journal into `chunks`, and returns the recordings still `recording`.
+/// The database as recovery leaves it.
+pub(crate) struct Opened {
+    pub db: Database,
+    /// LSN of the last commit its checkpoint holds: the write-ahead log goes on after it.
+    pub last_lsn: u64,
+    /// The recordings the last run left live.
+    pub live: Vec<RecoveredLive>,
+}
+
+/// Opens (or creates) the database at `path`, repairing it after a crash and replaying its
+/// write-ahead log, upgrades an older schema, folds the journal into `chunks`, and finds the
+/// recordings still `recording`.
 ///
-/// Fails when the file is not a redb database, has a newer schema version, or cannot be read.
-pub(crate) fn open(path: &Path) -> Result<(Database, Vec<RecoveredLive>)> {
+/// Fails when the file is not a redb database, has a newer schema version, or cannot be read,
+/// or its log cannot be replayed.
+pub(crate) fn open(path: &Path) -> Result<Opened> {
     // redb may panic on a file it cannot make sense of, when opening it or when first reading
     // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
     let opened = quietly_catch_panic(|| {
         let db = create(path)?;
+        let replayed = wal::replay(&db, &wal::path_of(path))?;
         check_schema(&db, path)?;
         fold_journal(&db)?;
         let live = live_recordings(&db)?;
-        Ok((db, live))
+        Ok(Opened {
+            db,
+            last_lsn: replayed.last_lsn,
+            live,
+        })
     });
-    let (db, live) = match opened {
+    let opened = match opened {
         Ok(result) => result.map_err(|err| damaged(path, err))?,
         Err(panic) => return Err(unreadable(path, panic)),
     };
-    if !live.is_empty() {
+    if !opened.live.is_empty() {
         tracing::warn!(
-            recordings = live.len(),
+            recordings = opened.live.len(),
             "recordings left live by the previous run are detached: their producers may resume them"
         );
     }
-    Ok((db, live))
+    Ok(opened)
 }
 
-/// Opens the file again after an I/O error made redb refuse to go on; redb repairs it to its
-/// last commit. Recordings still live stay live: their producers are still attached.
+/// Opens the file again after an I/O error made redb refuse to go on; redb goes back to its
+/// last checkpoint and the write-ahead log is replayed over it. Recordings still live stay
+/// live: their producers are still attached. Returns the database and the LSN its checkpoint
+/// now holds.
 ///
 /// Fails as opening it at start-up does.
-pub(crate) fn reopen(path: &Path) -> Result<Database> {
-    quietly_catch_panic(|| create(path)).unwrap_or_else(|panic| Err(unreadable(path, panic)))
+pub(crate) fn reopen(path: &Path) -> Result<(Database, u64)> {
+    quietly_catch_panic(|| {
+        let db = create(path)?;
+        let replayed = wal::replay(&db, &wal::path_of(path))?;
+        Ok((db, replayed.last_lsn))
+    })
+    .unwrap_or_else(|panic| Err(unreadable(path, panic)))
 }
 
 /// A storage error met while recovering a file that did open is a damaged file too; other
@@ -176,7 +200,10 @@ fn open_error(path: &Path, source: redb::DatabaseError) -> Error {
 /// Writes the schema version into a new file; upgrades a file of an older version; refuses
 /// one of a newer version.
 fn check_schema(db: &Database, path: &Path) -> Result<()> {
-    let txn = db.begin_write().map_err(Error::storage)?;
+    let mut txn = db.begin_write().map_err(Error::storage)?;
+    // Every durable commit records redb's allocator state, so that a crash after it needs no
+    // repair of the whole file.
+    txn.set_quick_repair(true);
     {
         let mut meta = txn.open_table(META).map_err(Error::storage)?;
         let found = meta
@@ -218,7 +245,8 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
 /// Moves every journal entry into `chunks`: the writer starts with an empty journal. The
 /// journal is folded whenever it reaches a few thousand entries, so this stays quick.
 fn fold_journal(db: &Database) -> Result<()> {
-    let txn = db.begin_write().map_err(Error::storage)?;
+    let mut txn = db.begin_write().map_err(Error::storage)?;
+    txn.set_quick_repair(true);
     let folded = journal::fold_all(&txn)?;
     txn.commit().map_err(Error::storage)?;
     if folded > 0 {

@@ -6,7 +6,7 @@ use std::collections::hash_map::Entry;
 
 use redb::ReadableTable;
 
-use super::journal::{DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
+use super::journal::{ChunksTable, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
 use super::live::Chunk;
 use super::pipeline::SweepReport;
 use super::schema::{
@@ -14,6 +14,7 @@ use super::schema::{
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
 use super::stream_row::{STREAMS, StreamRow};
+use super::wal::{Logged, Redo, TableId};
 use crate::error::{Error, Result};
 use crate::recorder::Status;
 
@@ -34,14 +35,14 @@ struct MetaCache {
 
 /// The open tables of one write transaction, and what it has changed so far.
 pub(super) struct Tables<'a, 'txn> {
-    chunks: redb::Table<'txn, (u128, u64), &'static [u8]>,
-    journal: JournalTable<'txn>,
-    recordings: redb::Table<'txn, u128, &'static [u8]>,
-    expiry: redb::Table<'txn, (u64, u128), ()>,
-    started: redb::Table<'txn, (u64, u128), ()>,
-    tombstones: redb::Table<'txn, u128, &'static [u8]>,
-    tombstone_expiry: redb::Table<'txn, (u64, u128), ()>,
-    streams: redb::Table<'txn, u128, &'static [u8]>,
+    chunks: ChunksTable<'a, 'txn>,
+    journal: JournalTable<'a, 'txn>,
+    recordings: Logged<'a, 'txn, u128, &'static [u8]>,
+    expiry: Logged<'a, 'txn, (u64, u128), ()>,
+    started: Logged<'a, 'txn, (u64, u128), ()>,
+    tombstones: Logged<'a, 'txn, u128, &'static [u8]>,
+    tombstone_expiry: Logged<'a, 'txn, (u64, u128), ()>,
+    streams: Logged<'a, 'txn, u128, &'static [u8]>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     metas: MetaCache,
@@ -58,17 +59,18 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         txn: &'txn redb::WriteTransaction,
         index: &'a JournalIndex,
         delta: &'a mut JournalDelta,
+        redo: &'a Redo,
         now: u64,
     ) -> Result<Self> {
         Ok(Self {
-            chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
-            journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
-            recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
-            expiry: txn.open_table(EXPIRY).map_err(Error::storage)?,
-            started: txn.open_table(STARTED).map_err(Error::storage)?,
-            tombstones: txn.open_table(TOMBSTONES).map_err(Error::storage)?,
-            tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
-            streams: txn.open_table(STREAMS).map_err(Error::storage)?,
+            chunks: Logged::open(txn, CHUNKS, TableId::Chunks, redo)?,
+            journal: Logged::open(txn, JOURNAL, TableId::Journal, redo)?,
+            recordings: Logged::open(txn, RECORDINGS, TableId::Recordings, redo)?,
+            expiry: Logged::open(txn, EXPIRY, TableId::Expiry, redo)?,
+            started: Logged::open(txn, STARTED, TableId::Started, redo)?,
+            tombstones: Logged::open(txn, TOMBSTONES, TableId::Tombstones, redo)?,
+            tombstone_expiry: Logged::open(txn, TOMBSTONE_EXPIRY, TableId::TombstoneExpiry, redo)?,
+            streams: Logged::open(txn, STREAMS, TableId::Streams, redo)?,
             index,
             delta,
             metas: MetaCache::default(),
@@ -189,9 +191,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let Some(old) = self.meta(key)? else {
             return Ok(None);
         };
-        self.chunks
-            .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)
-            .map_err(Error::storage)?;
+        self.chunks.remove_range((key, 0)..=(key, u64::MAX))?;
         self.delta.forget(&mut self.journal, self.index, key)?;
         self.appended.remove(&key);
         self.forget_row(key, &old)?;
@@ -231,13 +231,20 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         budget: u64,
         tombstone_ms: u64,
     ) -> Result<(u64, bool)> {
-        let mut deleted = self
+        let mut deleted = 0;
+        let mut last = None;
+        for entry in self
             .chunks
-            .extract_from_if((key, 0)..=(key, u64::MAX), |_, _| true)
+            .range((key, 0)..=(key, u64::MAX))
             .map_err(Error::storage)?
             .take(budget as usize)
-            .try_fold(0u64, |n, entry| entry.map(|_| n + 1))
-            .map_err(Error::storage)?;
+        {
+            last = Some(entry.map_err(Error::storage)?.0.value().1);
+            deleted += 1;
+        }
+        if let Some(last) = last {
+            self.chunks.remove_range((key, 0)..=(key, last))?;
+        }
         if deleted == budget && self.has_chunks(key)? {
             return Ok((deleted, false));
         }

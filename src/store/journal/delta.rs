@@ -50,7 +50,7 @@ impl JournalDelta {
     /// Appends chunk `index` of `key` at the journal's end; `value` is the encoded entry.
     pub(crate) fn append(
         &mut self,
-        journal: &mut JournalTable<'_>,
+        journal: &mut JournalTable<'_, '_>,
         key: u128,
         index: u64,
         value: &[u8],
@@ -73,7 +73,7 @@ impl JournalDelta {
     /// or not. Returns how many were unfolded (their chunks exist nowhere else).
     pub(crate) fn forget(
         &mut self,
-        journal: &mut JournalTable<'_>,
+        journal: &mut JournalTable<'_, '_>,
         index: &JournalIndex,
         key: u128,
     ) -> Result<u64> {
@@ -97,7 +97,7 @@ impl JournalDelta {
     /// Folds `key`'s unfolded chunks into `chunks`; returns how many.
     pub(crate) fn fold(
         &mut self,
-        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        tables: (&mut JournalTable<'_, '_>, &mut ChunksTable<'_, '_>),
         index: &JournalIndex,
         key: u128,
     ) -> Result<usize> {
@@ -132,9 +132,7 @@ impl JournalDelta {
                     ),
                 });
             }
-            chunks
-                .insert((key, chunk_index), chunk)
-                .map_err(Error::storage)?;
+            chunks.insert_folded(seq, (key, chunk_index), chunk)?;
         }
         self.folded.insert(key, seqs.len());
         Ok(seqs.len() - done)
@@ -145,7 +143,7 @@ impl JournalDelta {
     /// `pruned_to`. Call it after the transaction's other work.
     pub(crate) fn fold_due(
         &mut self,
-        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        tables: (&mut JournalTable<'_, '_>, &mut ChunksTable<'_, '_>),
         index: &JournalIndex,
         pruned_to: u64,
     ) -> Result<()> {
@@ -166,7 +164,7 @@ impl JournalDelta {
     /// Folds every recording and deletes the whole journal.
     pub(crate) fn fold_everything(
         &mut self,
-        tables: (&mut JournalTable<'_>, &mut ChunksTable<'_>),
+        tables: (&mut JournalTable<'_, '_>, &mut ChunksTable<'_, '_>),
         index: &JournalIndex,
         pruned_to: u64,
     ) -> Result<()> {
@@ -183,7 +181,7 @@ impl JournalDelta {
     /// them than at the last prune.
     fn prune(
         &mut self,
-        journal: &mut JournalTable<'_>,
+        journal: &mut JournalTable<'_, '_>,
         index: &JournalIndex,
         pruned_to: u64,
         min: u64,
@@ -219,9 +217,7 @@ impl JournalDelta {
         }
         drop(recordings);
         if cut >= min_cut {
-            journal
-                .retain_in(..cut, |_, _| false)
-                .map_err(Error::storage)?;
+            journal.remove_range(..cut)?;
             self.pruned_to = Some(cut);
         }
         Ok(())

@@ -15,6 +15,7 @@ use std::sync::Mutex;
 use redb::ReadableTable;
 
 use super::schema::{self, CHUNKS, JOURNAL};
+use super::wal::Logged;
 use crate::error::{Error, Result};
 
 mod delta;
@@ -37,8 +38,8 @@ const MIN_PRUNE: u64 = 1024;
 /// the journal: they fill pages of their own anyway, and folding them would write them twice.
 pub(crate) const DIRECT_CHUNK_BYTES: usize = 2048;
 
-pub(crate) type JournalTable<'txn> = redb::Table<'txn, u64, &'static [u8]>;
-type ChunksTable<'txn> = redb::Table<'txn, (u128, u64), &'static [u8]>;
+pub(crate) type JournalTable<'r, 'txn> = Logged<'r, 'txn, u64, &'static [u8]>;
+pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [u8]>;
 
 /// The journal entries of one recording.
 #[derive(Debug, Default)]

@@ -57,6 +57,7 @@ pub(super) fn options(clock: &ManualClock) -> StoreOptions {
         retention: RETENTION,
         tombstone_retention: TOMBSTONE_RETENTION,
         clock: Arc::new(clock.clone()),
+        ..StoreOptions::default()
     }
 }
 

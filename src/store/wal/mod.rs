@@ -1,0 +1,287 @@
+//! The write-ahead log in front of redb: each commit's changes are appended to one sequential
+//! file and made durable with a single `fdatasync` of the new bytes, while redb commits them
+//! without syncing. Every so often a checkpoint makes redb durable (with quick-repair, so that
+//! reopening it after a crash is quick) and empties the log. Recovery is then a short replay of
+//! the log over redb's last checkpoint, never a repair of the whole file.
+//!
+//! A frame is `[payload length: u32][crc32 of lsn and payload: u32][lsn: u64][payload]`, little
+//! endian. Log sequence numbers (LSNs) count commits and go on across checkpoints; a checkpoint
+//! stores the last one it holds in redb's `meta` table, so that frames a crash left in the log
+//! after their checkpoint are skipped.
+//!
+//! Invariant: the log holds exactly the commits made since the last checkpoint, in order, with
+//! consecutive LSNs. A commit whose log write fails is truncated away (or, if even that fails,
+//! the next commit is a checkpoint); a commit redb refuses after its frame was written is
+//! truncated away too.
+use std::fs::{File, OpenOptions};
+use std::io::Read;
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+mod logged;
+mod redo;
+mod replay;
+
+pub(crate) use logged::Logged;
+pub(crate) use redo::{Redo, TableId};
+pub(crate) use replay::{checkpoint_commit, replay};
+
+/// Bytes of a frame before its payload.
+const HEADER_BYTES: usize = 16;
+/// The `meta` key of the last LSN a checkpoint made durable in redb.
+pub(crate) const CHECKPOINT_LSN_KEY: &str = "wal_checkpoint_lsn";
+
+/// Where the log of the database at `db_path` lives: beside it, as `<name>.wal`.
+pub(crate) fn path_of(db_path: &Path) -> PathBuf {
+    db_path.with_extension("wal")
+}
+
+/// The open log file, appended to by the commit pipeline only.
+pub(crate) struct Wal {
+    file: File,
+    path: PathBuf,
+    /// Length of the valid frames; the next frame is written here.
+    len: u64,
+    /// LSN of the last frame written (or of the checkpoint, when the log is empty).
+    last_lsn: u64,
+    /// A failed write may have left bytes that could not be cut off: checkpoint before the
+    /// next append, which empties the log.
+    dirty_tail: bool,
+    /// Reused to build frames.
+    frame: Vec<u8>,
+}
+
+impl Wal {
+    /// Opens (creating) the log at `path`, empty, after a checkpoint at `last_lsn`: what it held
+    /// must have been replayed into redb and checkpointed first.
+    pub(crate) fn open_empty(path: &Path, last_lsn: u64) -> std::io::Result<Wal> {
+        let file = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(path)?;
+        let mut wal = Wal {
+            file,
+            path: path.to_path_buf(),
+            len: 0,
+            last_lsn,
+            dirty_tail: false,
+            frame: Vec::new(),
+        };
+        wal.reset(last_lsn)?;
+        // The file's directory entry must survive a crash before a frame in it counts.
+        sync_parent(path)?;
+        Ok(wal)
+    }
+
+    /// Bytes of frames in the log.
+    pub(crate) fn len(&self) -> u64 {
+        self.len
+    }
+
+    /// LSN of the last commit written (or checkpointed).
+    pub(crate) fn last_lsn(&self) -> u64 {
+        self.last_lsn
+    }
+
+    /// Whether the next commit must be a checkpoint, the log's tail being in doubt.
+    pub(crate) fn needs_checkpoint(&self) -> bool {
+        self.dirty_tail
+    }
+
+    /// Appends one commit's `payload` as the next frame and makes it durable. Returns the
+    /// length before it, to [`truncate`](Self::truncate) back to if the commit fails after.
+    ///
+    /// Fails as the write or the sync does; the frame is then cut off again.
+    pub(crate) fn append(&mut self, payload: &[u8]) -> std::io::Result<u64> {
+        let before = self.len;
+        let lsn = self.last_lsn + 1;
+        encode_frame(&mut self.frame, lsn, payload);
+        let written = self
+            .file
+            .write_all_at(&self.frame, before)
+            .and_then(|()| self.file.sync_data());
+        match written {
+            Ok(()) => {
+                self.len = before + self.frame.len() as u64;
+                self.last_lsn = lsn;
+                Ok(before)
+            }
+            Err(err) => {
+                self.cut(before);
+                Err(err)
+            }
+        }
+    }
+
+    /// Cuts the last frame off again (its commit failed in redb): the log goes back to
+    /// `before`, as [`append`](Self::append) returned it.
+    pub(crate) fn truncate(&mut self, before: u64) {
+        if before < self.len {
+            self.cut(before);
+            self.len = before;
+            self.last_lsn -= 1;
+        }
+    }
+
+    /// Empties the log after a checkpoint at `lsn`.
+    ///
+    /// Fails as truncating and syncing the file does; the frames left are older than the
+    /// checkpoint and skipped by a replay, and the next commit checkpoints again.
+    pub(crate) fn reset(&mut self, lsn: u64) -> std::io::Result<()> {
+        self.last_lsn = lsn;
+        self.len = 0;
+        let emptied = self.file.set_len(0).and_then(|()| self.file.sync_all());
+        self.dirty_tail = emptied.is_err();
+        emptied
+    }
+
+    /// Cuts the file back to `len` and syncs it; on failure, marks the tail as in doubt.
+    fn cut(&mut self, len: u64) {
+        let cut = self.file.set_len(len).and_then(|()| self.file.sync_data());
+        if let Err(err) = cut {
+            tracing::error!(path = %self.path.display(), error = %err, "could not cut a failed commit off the write-ahead log; the next commit is a checkpoint");
+            self.dirty_tail = true;
+        }
+    }
+}
+
+/// Builds the frame of `payload` at `lsn` into `frame`.
+fn encode_frame(frame: &mut Vec<u8>, lsn: u64, payload: &[u8]) {
+    let length = u32::try_from(payload.len()).expect("a commit's changes fit in 4 GiB");
+    frame.clear();
+    frame.reserve(HEADER_BYTES + payload.len());
+    frame.extend_from_slice(&length.to_le_bytes());
+    frame.extend_from_slice(&checksum(lsn, payload).to_le_bytes());
+    frame.extend_from_slice(&lsn.to_le_bytes());
+    frame.extend_from_slice(payload);
+}
+
+fn checksum(lsn: u64, payload: &[u8]) -> u32 {
+    let mut hasher = crc32fast::Hasher::new();
+    hasher.update(&lsn.to_le_bytes());
+    hasher.update(payload);
+    hasher.finalize()
+}
+
+/// Reads the next frame from `log` into `payload` and returns its LSN; `None` at the end of
+/// the log, or at a frame that is incomplete or does not check (a write a crash cut short):
+/// what follows it was never acknowledged.
+///
+/// Fails as reading does.
+pub(crate) fn read_frame(
+    log: &mut impl Read,
+    payload: &mut Vec<u8>,
+) -> std::io::Result<Option<u64>> {
+    let mut header = [0u8; HEADER_BYTES];
+    if !read_full(log, &mut header)? {
+        return Ok(None);
+    }
+    let length = u32::from_le_bytes(header[0..4].try_into().expect("4 bytes")) as usize;
+    let crc = u32::from_le_bytes(header[4..8].try_into().expect("4 bytes"));
+    let lsn = u64::from_le_bytes(header[8..16].try_into().expect("8 bytes"));
+    payload.clear();
+    let read = log.take(length as u64).read_to_end(payload)?;
+    if read < length || checksum(lsn, payload) != crc {
+        return Ok(None);
+    }
+    Ok(Some(lsn))
+}
+
+/// Fills `buf`; `false` if the log ends first.
+fn read_full(log: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match log.read(&mut buf[filled..]) {
+            Ok(0) => return Ok(false),
+            Ok(n) => filled += n,
+            Err(err) if err.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(err) => return Err(err),
+        }
+    }
+    Ok(true)
+}
+
+/// Syncs the directory holding `path`, so that a file created in it survives a crash.
+fn sync_parent(path: &Path) -> std::io::Result<()> {
+    match path.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
+        _ => Ok(()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every frame of `log` up to its end, and how many bytes they take.
+    fn frames(log: &[u8]) -> (Vec<(u64, Vec<u8>)>, usize) {
+        let mut reader = std::io::Cursor::new(log);
+        let mut found = Vec::new();
+        let mut payload = Vec::new();
+        let mut valid = 0;
+        while let Some(lsn) = read_frame(&mut reader, &mut payload).unwrap() {
+            found.push((lsn, payload.clone()));
+            valid = reader.position() as usize;
+        }
+        (found, valid)
+    }
+
+    fn frame(lsn: u64, payload: &[u8]) -> (u64, Vec<u8>) {
+        (lsn, payload.to_vec())
+    }
+
+    #[test]
+    fn frames_stop_at_a_torn_or_damaged_tail() {
+        let mut log = Vec::new();
+        let mut encoded = Vec::new();
+        for (lsn, payload) in [(1, &b"one"[..]), (2, b""), (3, b"three")] {
+            encode_frame(&mut encoded, lsn, payload);
+            log.extend_from_slice(&encoded);
+        }
+        let all = vec![frame(1, b"one"), frame(2, b""), frame(3, b"three")];
+        assert_eq!(frames(&log), (all.clone(), log.len()));
+
+        // Cut inside the last frame's payload, then inside its header.
+        let first_two = 2 * HEADER_BYTES + 3;
+        for cut in [log.len() - 2, first_two + 10] {
+            assert_eq!(
+                frames(&log[..cut]),
+                (all[..2].to_vec(), first_two),
+                "cut at {cut}"
+            );
+        }
+        // A flipped bit in the second frame's LSN ends the log before it.
+        let mut damaged = log.clone();
+        damaged[HEADER_BYTES + 3 + 9] ^= 1;
+        assert_eq!(frames(&damaged), (all[..1].to_vec(), HEADER_BYTES + 3));
+    }
+
+    #[test]
+    fn append_truncate_and_reset_keep_the_file_to_its_valid_frames() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.wal");
+        let mut wal = Wal::open_empty(&path, 7).unwrap();
+        assert_eq!(wal.append(b"a").unwrap(), 0);
+        let before = wal.append(b"bb").unwrap();
+        assert_eq!(wal.last_lsn(), 9);
+        wal.truncate(before);
+        assert_eq!(wal.last_lsn(), 8);
+        wal.append(b"cc").unwrap();
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(
+            frames(&bytes),
+            (vec![frame(8, b"a"), frame(9, b"cc")], bytes.len())
+        );
+        assert_eq!(bytes.len() as u64, wal.len());
+
+        wal.reset(9).unwrap();
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        wal.append(b"d").unwrap();
+        assert_eq!(
+            frames(&std::fs::read(&path).unwrap()).0,
+            vec![frame(10, b"d")]
+        );
+    }
+}

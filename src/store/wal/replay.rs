@@ -1,0 +1,238 @@
+//! Recovery from the log: the commits it holds past redb's last checkpoint are applied again,
+//! in order, then checkpointed, so that the log can be emptied. Applying a commit's changes to
+//! the state its original commit started from gives the state it made: replaying twice (after
+//! a crash during replay) starts again from the same checkpoint and ends the same.
+use std::io::BufReader;
+use std::path::Path;
+use std::time::Instant;
+
+use redb::{Database, Durability, Key, ReadableTable, Table, Value, WriteTransaction};
+
+use super::redo::{Change, Changes, Edit, TableId};
+use super::{CHECKPOINT_LSN_KEY, read_frame};
+use crate::error::{Error, Result};
+use crate::store::schema::{
+    self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONE_EXPIRY, TOMBSTONES,
+};
+use crate::store::stream_row::STREAMS;
+
+/// Replayed commits are applied this many payload bytes per (non-durable) transaction, so that
+/// replaying a long log never holds all of it in one transaction's memory.
+const BYTES_PER_TRANSACTION: usize = 8 * 1024 * 1024;
+
+/// What a replay did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Replayed {
+    /// Commits applied again.
+    pub commits: u64,
+    /// Their bytes in the log.
+    pub bytes: u64,
+    /// LSN of the last commit redb now holds durably: the log starts after it.
+    pub last_lsn: u64,
+}
+
+/// Applies the commits of the log at `wal_path` that `db` does not hold yet, and checkpoints
+/// them. A missing log holds nothing.
+///
+/// Fails when the log cannot be read, a frame does not decode, or redb fails.
+pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
+    let checkpoint = checkpoint_lsn(db)?;
+    let mut replayed = Replayed {
+        commits: 0,
+        bytes: 0,
+        last_lsn: checkpoint,
+    };
+    let file = match std::fs::File::open(wal_path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(replayed),
+        Err(err) => return Err(log_error(wal_path, err)),
+    };
+    let started = Instant::now();
+    let mut log = BufReader::with_capacity(1 << 20, file);
+    let mut payload = Vec::new();
+    let mut next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
+    // One transaction per round, each applying commits until it holds enough bytes.
+    while next.is_some() {
+        let txn = db.begin_write().map_err(Error::storage)?;
+        let mut in_txn = 0;
+        {
+            let mut tables = ReplayTables::open(&txn)?;
+            while let Some(lsn) = next {
+                if lsn > replayed.last_lsn {
+                    if lsn != replayed.last_lsn + 1 {
+                        return Err(gap(wal_path, lsn, replayed.last_lsn));
+                    }
+                    if replayed.commits == 0 {
+                        tracing::info!(path = %wal_path.display(), after = checkpoint, "replaying the write-ahead log");
+                    }
+                    tables.apply(&payload)?;
+                    replayed.commits += 1;
+                    replayed.bytes += payload.len() as u64;
+                    replayed.last_lsn = lsn;
+                    in_txn += payload.len();
+                }
+                // Frames at or before the checkpoint are held by it already: a crash came
+                // before the log was emptied.
+                next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
+                if in_txn >= BYTES_PER_TRANSACTION {
+                    break;
+                }
+            }
+        }
+        if next.is_some() {
+            let mut txn = txn;
+            txn.set_durability(Durability::None)
+                .map_err(Error::storage)?;
+            txn.commit().map_err(Error::storage)?;
+        } else if replayed.commits > 0 {
+            checkpoint_commit(txn, replayed.last_lsn)?;
+        }
+    }
+    if replayed.commits > 0 {
+        tracing::info!(
+            commits = replayed.commits,
+            bytes = replayed.bytes,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "replayed the write-ahead log"
+        );
+    }
+    Ok(replayed)
+}
+
+/// The last LSN a checkpoint made durable in `db`; 0 for a file that never had a log.
+pub(crate) fn checkpoint_lsn(db: &Database) -> Result<u64> {
+    let txn = redb::ReadableDatabase::begin_read(db).map_err(Error::storage)?;
+    let meta = match txn.open_table(META) {
+        Ok(meta) => meta,
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(err) => return Err(Error::storage(err)),
+    };
+    Ok(meta
+        .get(CHECKPOINT_LSN_KEY)
+        .map_err(Error::storage)?
+        .map_or(0, |v| v.value()))
+}
+
+/// Commits `txn` durably, as the checkpoint holding every commit up to `lsn`; with quick-repair,
+/// so that reopening the file after a crash loads redb's allocator state instead of walking the
+/// whole file.
+///
+/// Fails as redb's commit does.
+pub(crate) fn checkpoint_commit(mut txn: WriteTransaction, lsn: u64) -> Result<()> {
+    {
+        let mut meta = txn.open_table(META).map_err(Error::storage)?;
+        meta.insert(CHECKPOINT_LSN_KEY, lsn)
+            .map_err(Error::storage)?;
+    }
+    txn.set_durability(Durability::Immediate)
+        .map_err(Error::storage)?;
+    txn.set_quick_repair(true);
+    txn.commit().map_err(Error::storage)
+}
+
+/// The tables a log changes, open in one replay transaction (the pipeline's [`Logged`]
+/// tables, without the logging).
+///
+/// [`Logged`]: super::Logged
+struct ReplayTables<'txn> {
+    chunks: Table<'txn, (u128, u64), &'static [u8]>,
+    journal: Table<'txn, u64, &'static [u8]>,
+    recordings: Table<'txn, u128, &'static [u8]>,
+    expiry: Table<'txn, (u64, u128), ()>,
+    started: Table<'txn, (u64, u128), ()>,
+    tombstones: Table<'txn, u128, &'static [u8]>,
+    tombstone_expiry: Table<'txn, (u64, u128), ()>,
+    streams: Table<'txn, u128, &'static [u8]>,
+}
+
+impl<'txn> ReplayTables<'txn> {
+    fn open(txn: &'txn WriteTransaction) -> Result<Self> {
+        Ok(Self {
+            chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
+            journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
+            recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
+            expiry: txn.open_table(EXPIRY).map_err(Error::storage)?,
+            started: txn.open_table(STARTED).map_err(Error::storage)?,
+            tombstones: txn.open_table(TOMBSTONES).map_err(Error::storage)?,
+            tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
+            streams: txn.open_table(STREAMS).map_err(Error::storage)?,
+        })
+    }
+
+    /// Applies one logged commit's changes.
+    fn apply(&mut self, payload: &[u8]) -> Result<()> {
+        for change in Changes::new(payload) {
+            let (table, edit) = match change? {
+                Change::Fold { seq } => {
+                    self.fold(seq)?;
+                    continue;
+                }
+                Change::Edit { table, edit } => (table, edit),
+            };
+            match table {
+                TableId::Chunks => redo(&mut self.chunks, &edit),
+                TableId::Journal => redo(&mut self.journal, &edit),
+                TableId::Recordings => redo(&mut self.recordings, &edit),
+                TableId::Expiry => redo(&mut self.expiry, &edit),
+                TableId::Started => redo(&mut self.started, &edit),
+                TableId::Tombstones => redo(&mut self.tombstones, &edit),
+                TableId::TombstoneExpiry => redo(&mut self.tombstone_expiry, &edit),
+                TableId::Streams => redo(&mut self.streams, &edit),
+            }
+            .map_err(Error::storage)?;
+        }
+        Ok(())
+    }
+
+    /// Copies journal entry `seq`'s chunk into `chunks`, as the fold that logged it did.
+    fn fold(&mut self, seq: u64) -> Result<()> {
+        let entry = self
+            .journal
+            .get(seq)
+            .map_err(Error::storage)?
+            .ok_or_else(|| Error::Corrupt {
+                detail: format!("write-ahead log: folded journal entry {seq} is missing"),
+            })?;
+        let (key, index, chunk) = schema::decode_journal(entry.value())?;
+        self.chunks
+            .insert((key, index), chunk)
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+}
+
+/// Makes one insert or removal again on `table`, whose key and value types it was logged with.
+fn redo<K: Key + 'static, V: Value + 'static>(
+    table: &mut Table<'_, K, V>,
+    edit: &Edit<'_>,
+) -> redb::Result<()> {
+    match *edit {
+        Edit::Insert { key, value } => {
+            table.insert(K::from_bytes(key), V::from_bytes(value))?;
+        }
+        Edit::Remove { key } => {
+            table.remove(K::from_bytes(key))?;
+        }
+        Edit::RemoveRange { start, end } => {
+            let range = (start.map(K::from_bytes), end.map(K::from_bytes));
+            table.retain_in::<K::SelfType<'_>, _>(range, |_, _| false)?;
+        }
+    }
+    Ok(())
+}
+
+fn gap(wal_path: &Path, lsn: u64, last: u64) -> Error {
+    Error::Corrupt {
+        detail: format!(
+            "write-ahead log {}: commit {lsn} follows commit {last}; the commits between are missing",
+            wal_path.display()
+        ),
+    }
+}
+
+fn log_error(wal_path: &Path, source: std::io::Error) -> Error {
+    Error::DataDir {
+        path: wal_path.to_path_buf(),
+        source,
+    }
+}
