@@ -46,7 +46,8 @@ const SURELY_KEPT: Duration = RETENTION.saturating_sub(Duration::from_secs(5));
 const GRACE: Duration = Duration::from_secs(2);
 /// The share of recordings live at a kill whose producers resume them, in percent.
 const RESUME_PERCENT: u64 = 70;
-/// The server's flags: [`RETENTION`], a sweep every second, and [`GRACE`].
+/// The server's flags: [`RETENTION`], a sweep every second, [`GRACE`], and a checkpoint every
+/// 256 KiB of write-ahead log, so that kills land before, during and after checkpoints.
 const SERVER_ARGS: &[&str] = &[
     "--retention",
     "40s",
@@ -54,6 +55,8 @@ const SERVER_ARGS: &[&str] = &[
     "1s",
     "--producer-grace",
     "2s",
+    "--checkpoint-size",
+    "256KiB",
 ];
 
 /// xorshift64*: small, seedable, good enough to pick kill moments and token sizes.

@@ -102,7 +102,7 @@ async fn fill_up() -> FullDisk {
         },
     )
     .unwrap();
-    let server = TestServer::start_with_store(config, store).await;
+    let server = TestServer::start_with_store(config, store.clone()).await;
     let current = server.recorder().await;
 
     let mut kept = Vec::new();
@@ -116,6 +116,8 @@ async fn fill_up() -> FullDisk {
         kept.push((id, tokens.concat()));
     }
 
+    // What was committed since the last checkpoint would take its room in the file later.
+    store.checkpoint().await.unwrap();
     let free = free_bytes(&disk.path);
     assert!(free > FLOOD_ROOM_BYTES, "only {free} bytes free");
     let filler = vec![0x5au8; (free - FLOOD_ROOM_BYTES) as usize];

@@ -136,10 +136,11 @@ impl DbHandle {
     /// Fails as the log's write or redb's commit does; the log then holds nothing of `txn`.
     pub(crate) fn commit(&self, mut txn: WriteTransaction, redo: &Redo) -> Result<()> {
         let mut wal = self.lock_wal();
-        if wal.len() >= self.checkpoint_bytes || wal.needs_checkpoint() {
+        let changes = redo.take();
+        if self.checkpoint_due(&wal, changes.len() as u64) {
             return checkpoint(txn, &mut wal);
         }
-        let before = wal.append(&redo.take()).map_err(log_error)?;
+        let before = wal.append(&changes).map_err(log_error)?;
         metrics::gauge!(metric::WAL_BYTES).set(wal.len() as f64);
         let committed = txn
             .set_durability(Durability::None)
@@ -149,6 +150,26 @@ impl DbHandle {
             wal.truncate(before);
         }
         committed
+    }
+
+    /// Whether a commit of `changes` bytes is a checkpoint: the log has reached the checkpoint
+    /// size, or would reach an eighth of the disk's free space. The second keeps what redb
+    /// must write at the next checkpoint, or replay after reopening (after a disk-full error
+    /// above all), within the room there is: with the disk nearly full every commit is a
+    /// checkpoint, as if there were no log, and a reopen has nothing to replay. So it is
+    /// while the disk is full.
+    fn checkpoint_due(&self, wal: &Wal, changes: u64) -> bool {
+        if wal.needs_checkpoint()
+            || wal.len() >= self.checkpoint_bytes
+            || self.lock_full().since.is_some()
+        {
+            return true;
+        }
+        let dir = self.path.parent().unwrap_or(&self.path);
+        match rustix::fs::statvfs(dir) {
+            Ok(fs) => wal.len() + changes >= fs.f_bavail.saturating_mul(fs.f_frsize) / 8,
+            Err(_) => false,
+        }
     }
 
     /// Makes everything committed so far durable in redb and empties the log, if it holds
@@ -257,24 +278,27 @@ impl DbHandle {
         self.full.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Closes and reopens the file; with `release_reserve`, the reserve is deleted first so
-    /// that the repair and the commits that follow have room.
+    /// Closes and reopens the file if redb refuses to go on (replaying the log over its last
+    /// checkpoint); with `release_reserve`, the reserve is deleted first so that the replay and
+    /// the commits that follow have room.
     fn reopen(&self, release_reserve: bool) -> Result<()> {
-        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
-        if let Some(open) = db.as_ref()
-            && !release_reserve
-            && !latched(open)
-        {
-            return Ok(());
-        }
-        // Readers are shut out by the lock; the file is free once this handle is dropped.
-        drop(db.take());
         if release_reserve
             && let Err(err) = std::fs::remove_file(&self.reserve)
             && err.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(error = %err, "could not release the disk reserve");
         }
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        // A failed write to the log leaves redb as it was (its transaction was dropped): it
+        // stays open, with the commits it holds since its checkpoint, which a reopen would
+        // have to write again on a disk that may have no room.
+        if let Some(open) = db.as_ref()
+            && !latched(open)
+        {
+            return Ok(());
+        }
+        // Readers are shut out by the lock; the file is free once this handle is dropped.
+        drop(db.take());
         // redb lost the commits made since its checkpoint; the log gives them back.
         let (reopened, last_lsn) = super::recovery::reopen(&self.path)?;
         *db = Some(reopened);

@@ -351,6 +351,18 @@ impl Store {
         }
     }
 
+    /// Makes everything committed so far durable in the database file itself and empties the
+    /// write-ahead log, as the store does on its own every `checkpoint_bytes` of log and at
+    /// close. Afterwards the file takes the disk space the data needs (until then, what was
+    /// committed since the last checkpoint is in the log, and in memory).
+    ///
+    /// Fails with `ShuttingDown` when the store is closed, or a storage error.
+    pub async fn checkpoint(&self) -> Result<()> {
+        let (done, answer) = oneshot::channel();
+        self.submit(Op::Checkpoint { done }).await?;
+        answer.await.map_err(|_| Error::ShuttingDown)?
+    }
+
     async fn submit(&self, op: Op) -> Result<()> {
         self.inner
             .ops

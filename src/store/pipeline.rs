@@ -82,6 +82,8 @@ pub(crate) enum Op {
     },
     /// Ops applied in order in one transaction: all of them are committed, or none.
     Together(Vec<Op>),
+    /// Makes everything committed so far durable in redb and empties the write-ahead log.
+    Checkpoint { done: oneshot::Sender<Result<()>> },
     /// Commits what is queued, then stops the pipeline; later submissions fail.
     Close,
 }
@@ -99,6 +101,7 @@ impl Op {
             }
             Op::Sweep { done, .. } => vec![(Waiter::Swept(done), None)],
             Op::Together(ops) => ops.into_iter().flat_map(Op::into_waiters).collect(),
+            Op::Checkpoint { done } => vec![(Waiter::Checkpointed(done), None)],
             Op::Close => Vec::new(),
         }
     }
@@ -183,7 +186,15 @@ impl Writer {
                     Err(_) => break,
                 }
             }
+            let checkpoints: Vec<Op> = batch
+                .extract_if(.., |op| matches!(op, Op::Checkpoint { .. }))
+                .collect();
             self.commit(&mut batch);
+            for op in checkpoints {
+                if let Op::Checkpoint { done } = op {
+                    let _ = done.send(self.db.checkpoint());
+                }
+            }
             if closing {
                 // Refuse new work, but commit what was already accepted.
                 ops.close();
@@ -482,7 +493,8 @@ impl Writer {
                 }
                 Ok(())
             }
-            Op::Close => Ok(()),
+            // Taken out of the batch before it is applied (see `run`).
+            Op::Checkpoint { .. } | Op::Close => Ok(()),
         }
     }
 }

@@ -22,6 +22,7 @@ pub(super) enum Waiter {
     /// An end, a delete or a purge.
     Flag(oneshot::Sender<Result<bool>>),
     Swept(oneshot::Sender<Result<SweepReport>>),
+    Checkpointed(oneshot::Sender<Result<()>>),
 }
 
 impl Waiter {
@@ -34,6 +35,7 @@ impl Waiter {
             Waiter::Appended(done) => drop(done.send(Err(err()))),
             Waiter::Flag(done) => drop(done.send(Err(err()))),
             Waiter::Swept(done) => drop(done.send(Err(err()))),
+            Waiter::Checkpointed(done) => drop(done.send(Err(err()))),
         }
     }
 }

@@ -157,10 +157,17 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// Bytes of pages redb keeps in memory.
+const CACHE_BYTES: usize = 64 * 1024 * 1024;
+
 fn create(path: &Path) -> Result<Database> {
     let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = repaired.clone();
     let mut builder = Database::builder();
+    // redb's page cache and its buffer of pages committed without a sync share this budget;
+    // reads beyond it come from the OS page cache. redb's default (1 GiB) would let the
+    // process grow by as much as it reads or writes.
+    builder.set_cache_size(CACHE_BYTES);
     builder.set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::Relaxed));
     let db = builder
         .create(path)

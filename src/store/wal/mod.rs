@@ -6,13 +6,17 @@
 //!
 //! A frame is `[payload length: u32][crc32 of lsn and payload: u32][lsn: u64][payload]`, little
 //! endian. Log sequence numbers (LSNs) count commits and go on across checkpoints; a checkpoint
-//! stores the last one it holds in redb's `meta` table, so that frames a crash left in the log
-//! after their checkpoint are skipped.
+//! stores the last one it holds in redb's `meta` table.
 //!
-//! Invariant: the log holds exactly the commits made since the last checkpoint, in order, with
-//! consecutive LSNs. A commit whose log write fails is truncated away (or, if even that fails,
-//! the next commit is a checkpoint); a commit redb refuses after its frame was written is
-//! truncated away too.
+//! The file is recycled: after a checkpoint, frames are written from its start again, over the
+//! old ones, so that a sync writes data blocks only (the file's size and blocks do not change),
+//! which is much quicker than syncing a growing file. The log is therefore the frames from the
+//! file's start whose LSNs follow the checkpoint's one by one; it ends at the first frame that
+//! is cut short, does not check, or is older (left from an earlier round).
+//!
+//! Invariant: the log holds exactly the commits made since the last checkpoint, in order. A
+//! commit whose log write fails, or that redb refuses after its frame was written, is cut off
+//! the file (if even that fails, the next commit is a checkpoint, and the file is emptied).
 use std::fs::{File, OpenOptions};
 use std::io::Read;
 use std::os::unix::fs::FileExt;
@@ -40,7 +44,7 @@ pub(crate) fn path_of(db_path: &Path) -> PathBuf {
 pub(crate) struct Wal {
     file: File,
     path: PathBuf,
-    /// Length of the valid frames; the next frame is written here.
+    /// Length of the current round's frames; the next frame is written here.
     len: u64,
     /// LSN of the last frame written (or of the checkpoint, when the log is empty).
     last_lsn: u64,
@@ -53,7 +57,8 @@ pub(crate) struct Wal {
 
 impl Wal {
     /// Opens (creating) the log at `path`, empty, after a checkpoint at `last_lsn`: what it held
-    /// must have been replayed into redb and checkpointed first.
+    /// must have been replayed into redb and checkpointed first. Its old frames are written
+    /// over.
     pub(crate) fn open_empty(path: &Path, last_lsn: u64) -> std::io::Result<Wal> {
         let file = OpenOptions::new()
             .create(true)
@@ -61,7 +66,7 @@ impl Wal {
             .read(true)
             .write(true)
             .open(path)?;
-        let mut wal = Wal {
+        let wal = Wal {
             file,
             path: path.to_path_buf(),
             len: 0,
@@ -69,7 +74,6 @@ impl Wal {
             dirty_tail: false,
             frame: Vec::new(),
         };
-        wal.reset(last_lsn)?;
         // The file's directory entry must survive a crash before a frame in it counts.
         sync_parent(path)?;
         Ok(wal)
@@ -125,16 +129,20 @@ impl Wal {
         }
     }
 
-    /// Empties the log after a checkpoint at `lsn`.
+    /// Empties the log after a checkpoint at `lsn`: the next frame goes at the file's start.
+    /// The old frames stay until written over; they are older than the checkpoint, so a
+    /// replay stops at them. After a failed cut, the file is truncated instead (the frame that
+    /// could not be cut off may carry the next LSN).
     ///
-    /// Fails as truncating and syncing the file does; the frames left are older than the
-    /// checkpoint and skipped by a replay, and the next commit checkpoints again.
+    /// Fails as truncating and syncing the file does; the next commit checkpoints again.
     pub(crate) fn reset(&mut self, lsn: u64) -> std::io::Result<()> {
         self.last_lsn = lsn;
         self.len = 0;
-        let emptied = self.file.set_len(0).and_then(|()| self.file.sync_all());
-        self.dirty_tail = emptied.is_err();
-        emptied
+        if self.dirty_tail {
+            self.file.set_len(0).and_then(|()| self.file.sync_all())?;
+            self.dirty_tail = false;
+        }
+        Ok(())
     }
 
     /// Cuts the file back to `len` and syncs it; on failure, marks the tail as in doubt.
@@ -276,12 +284,10 @@ mod tests {
         );
         assert_eq!(bytes.len() as u64, wal.len());
 
+        // Recycled: the next round writes over the old frames, which a reader finds older.
         wal.reset(9).unwrap();
-        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
         wal.append(b"d").unwrap();
-        assert_eq!(
-            frames(&std::fs::read(&path).unwrap()).0,
-            vec![frame(10, b"d")]
-        );
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(frames(&bytes).0, vec![frame(10, b"d"), frame(9, b"cc")]);
     }
 }

@@ -51,28 +51,30 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
     let mut log = BufReader::with_capacity(1 << 20, file);
     let mut payload = Vec::new();
     let mut next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
-    // One transaction per round, each applying commits until it holds enough bytes.
+    // Applied in transactions of about BYTES_PER_TRANSACTION each.
     while next.is_some() {
         let txn = db.begin_write().map_err(Error::storage)?;
         let mut in_txn = 0;
         {
             let mut tables = ReplayTables::open(&txn)?;
             while let Some(lsn) = next {
-                if lsn > replayed.last_lsn {
-                    if lsn != replayed.last_lsn + 1 {
-                        return Err(gap(wal_path, lsn, replayed.last_lsn));
-                    }
-                    if replayed.commits == 0 {
-                        tracing::info!(path = %wal_path.display(), after = checkpoint, "replaying the write-ahead log");
-                    }
-                    tables.apply(&payload)?;
-                    replayed.commits += 1;
-                    replayed.bytes += payload.len() as u64;
-                    replayed.last_lsn = lsn;
-                    in_txn += payload.len();
+                if lsn <= replayed.last_lsn {
+                    // Older: the log ends here (what follows was written in an earlier round,
+                    // or the checkpoint holds it and a crash came before the next round).
+                    next = None;
+                    break;
                 }
-                // Frames at or before the checkpoint are held by it already: a crash came
-                // before the log was emptied.
+                if lsn != replayed.last_lsn + 1 {
+                    return Err(gap(wal_path, lsn, replayed.last_lsn));
+                }
+                if replayed.commits == 0 {
+                    tracing::info!(path = %wal_path.display(), after = checkpoint, "replaying the write-ahead log");
+                }
+                tables.apply(&payload)?;
+                replayed.commits += 1;
+                replayed.bytes += payload.len() as u64;
+                replayed.last_lsn = lsn;
+                in_txn += payload.len();
                 next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
                 if in_txn >= BYTES_PER_TRANSACTION {
                     break;
