@@ -39,7 +39,7 @@ pub struct Config {
     /// Most recordings live at once. Default 10,000.
     pub max_live_recordings: usize,
     /// Size of the write-ahead log that makes the next commit a checkpoint; bounds what a
-    /// restart after a crash replays. Default 64 MiB.
+    /// restart after a crash replays. Default 32 MiB.
     pub checkpoint_bytes: u64,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,

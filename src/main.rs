@@ -406,6 +406,10 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
             serve_metrics(addr)?;
         }
         let store = tapedeck::server::open_store(&config)?;
+        // Opening after a crash replays the write-ahead log, and the allocator would keep the
+        // memory that took (it is free again now) for the life of the process.
+        // SAFETY: mi_collect only returns free memory of the allocator's heaps to the system.
+        unsafe { libmimalloc_sys::mi_collect(true) };
         // Logged once the start can no longer be refused: a refusal is one line, alone.
         log_config(&config);
         let run = tapedeck::server::run(listener, http_listener, store, &config, shutdown_signal());

@@ -68,7 +68,7 @@ const OP_QUEUE_DEPTH: usize = 16 * 1024;
 pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 
 /// Default size of the write-ahead log that triggers a checkpoint.
-pub const DEFAULT_CHECKPOINT_BYTES: u64 = 64 * 1024 * 1024;
+pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 
 /// How a [`Store`] behaves.
 #[derive(Clone)]
@@ -81,7 +81,7 @@ pub struct StoreOptions {
     /// Source of timestamps and expiry times. Default the system clock.
     pub clock: Arc<dyn Clock>,
     /// Size the write-ahead log grows to before a checkpoint empties it; bounds what a restart
-    /// after a crash replays. Default 64 MiB.
+    /// after a crash replays. Default 32 MiB.
     pub checkpoint_bytes: u64,
 }
 

@@ -17,8 +17,10 @@ use crate::workload::{self, LiveWorkload, ReplayWorkload, Scenario};
 )]
 pub(crate) struct Cli {
     /// Scenarios to run, in order: a (200 producers × 50 tok/s, 1 subscriber, 30 s),
-    /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings), custom.
-    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c"])]
+    /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings),
+    /// restart (1,000 × 1,000 × 1 KiB loaded, then SIGKILL and timed restarts; tapedeck only),
+    /// custom.
+    #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c", "restart"])]
     pub scenarios: Vec<ScenarioKind>,
     /// Targets to run each scenario against. Default: a = all but tapedeck-ack, b = all,
     /// c = tapedeck, redis-everysec, sqlite-group, fsync-log, custom = all.
@@ -81,6 +83,7 @@ pub(crate) enum ScenarioKind {
     A,
     B,
     C,
+    Restart,
     Custom,
 }
 
@@ -130,7 +133,7 @@ impl Cli {
         ];
         self.scenarios
             .iter()
-            .map(|kind| {
+            .filter_map(|kind| {
                 let (scenario, defaults) = match kind {
                     ScenarioKind::A => (
                         Scenario::Live {
@@ -153,6 +156,8 @@ impl Cli {
                         },
                         vec![Tapedeck, RedisEverysec, SqliteGroup, FsyncLog],
                     ),
+                    // Run on its own (see `restart`).
+                    ScenarioKind::Restart => return None,
                     ScenarioKind::Custom => (
                         Scenario::Live {
                             name: "custom".into(),
@@ -161,9 +166,26 @@ impl Cli {
                         all.clone(),
                     ),
                 };
-                (scenario, self.targets.clone().unwrap_or(defaults))
+                Some((scenario, self.targets.clone().unwrap_or(defaults)))
             })
             .collect()
+    }
+
+    /// The restart scenario's workload, if it is to run: by default 1,000 recordings of 1,000
+    /// tokens of 1 KiB (1 GiB), loaded by 16 producers.
+    pub(crate) fn restart(&self) -> Option<ReplayWorkload> {
+        if !self.scenarios.contains(&ScenarioKind::Restart) {
+            return None;
+        }
+        let base = workload::standard_replay();
+        Some(ReplayWorkload {
+            recordings: self.recordings.unwrap_or(1_000),
+            tokens_per_recording: self.tokens_per_recording.unwrap_or(1_000),
+            token_bytes: self.token_bytes.unwrap_or(1_024),
+            load_concurrency: self.producers.unwrap_or(base.load_concurrency),
+            replay_concurrency: 1,
+            connections: self.connections.unwrap_or(base.connections),
+        })
     }
 
     pub(crate) fn environment(&self) -> Result<Environment> {

@@ -65,9 +65,24 @@ fn main() -> Result<()> {
         }
         outcomes
     });
+    let restart = cli.restart().map(|workload| {
+        eprintln!("== restart: load, SIGKILL, timed restarts");
+        runtime.block_on(driver::run_restart(&env, &workload))
+    });
+    let restart = match restart {
+        Some(Ok(outcome)) => Some(outcome),
+        Some(Err(err)) => {
+            eprintln!("   restart: failed to run: {err:#}");
+            None
+        }
+        None => None,
+    };
     runtime.shutdown_timeout(Duration::from_secs(5));
 
-    let tables = report::tables(&outcomes);
+    let mut tables = report::tables(&outcomes);
+    if let Some(outcome) = &restart {
+        tables.push_str(&driver::restart_table(outcome));
+    }
     let footer = format!(
         "\n{disk_line}\nrun started {started}, took {:.0} s\n",
         clock.elapsed().as_secs_f64()
@@ -80,6 +95,7 @@ fn main() -> Result<()> {
             "disk": disk,
             "scenarios": plan.iter().map(|(s, _)| describe_json(s)).collect::<Vec<_>>(),
             "outcomes": outcomes,
+            "restart": restart,
         });
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {

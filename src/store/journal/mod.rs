@@ -36,7 +36,7 @@ const MAX_SPAN: u64 = 64 * 1024;
 const MIN_PRUNE: u64 = 1024;
 /// Chunks at least this long go straight into `chunks` while their recording has nothing in
 /// the journal: they fill pages of their own anyway, and folding them would write them twice.
-pub(crate) const DIRECT_CHUNK_BYTES: usize = 2048;
+pub(crate) const DIRECT_CHUNK_BYTES: usize = 512;
 
 pub(crate) type JournalTable<'r, 'txn> = Logged<'r, 'txn, u64, &'static [u8]>;
 pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [u8]>;

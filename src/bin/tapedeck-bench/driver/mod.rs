@@ -3,6 +3,7 @@
 //! This file holds what both share: the clock, counters, CPU accounting and progress bars.
 mod live;
 mod replay;
+mod restart;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -13,6 +14,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 
 pub(crate) use live::run_live;
 pub(crate) use replay::run_replay;
+pub(crate) use restart::{run_restart, table as restart_table};
 
 use crate::procfs;
 use crate::report;

@@ -147,6 +147,15 @@ impl ChildGuard {
         self.child.id()
     }
 
+    /// Stops the process with SIGTERM and waits for it to exit.
+    pub(crate) fn terminate(&mut self) -> Result<()> {
+        let pid = rustix::process::Pid::from_raw(self.child.id() as i32)
+            .context("the process has no pid")?;
+        rustix::process::kill_process(pid, rustix::process::Signal::TERM)?;
+        self.child.wait()?;
+        Ok(())
+    }
+
     /// Fails if the process has already exited.
     pub(crate) fn check_running(&mut self, what: &str) -> Result<()> {
         if let Some(status) = self.child.try_wait()? {
