@@ -177,7 +177,9 @@ async fn a_database_left_by_sigkill_replays_its_log_and_keeps_its_recordings() {
     // redb is back at its last checkpoint (quick-repair: no walk of the file); what was
     // committed since is replayed from the write-ahead log.
     assert!(
-        lines.iter().any(|l| l.contains("replayed the write-ahead log")),
+        lines
+            .iter()
+            .any(|l| l.contains("replayed the write-ahead log")),
         "no replay logged:\n{}",
         lines.join("\n")
     );

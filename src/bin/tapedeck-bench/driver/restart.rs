@@ -4,9 +4,8 @@
 //! at the default `--checkpoint-size`, the longest log a crash can leave) and it is SIGKILLed:
 //! it is started again with the page cache as the kill left it ("hot"), and the second time
 //! after dropping the page cache ("cold"). Last it is stopped cleanly and started again
-//! ("clean"). Each start is timed until it answers a call,
-//! the last recording of the first load is read back whole, and its memory is read once it
-//! has been idle for a second.
+//! ("clean"). Each start is timed until it answers a call, the last recording of the first
+//! load is read back whole, and its memory is read once it has been idle for a second.
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
