@@ -186,8 +186,8 @@ impl DbHandle {
     }
 
     /// Called after a commit failed with `err`: on a full disk the reserve is given back and
-    /// the store refuses to grow until there is room again; after any I/O error the file is
-    /// reopened (redb repairs it to its last commit), since redb refuses to go on without.
+    /// the store refuses to grow until there is room again; after an I/O error that left redb
+    /// refusing to go on, the file is reopened (at its last checkpoint, the log replayed).
     pub(crate) fn recover(&self, err: &Error) {
         let disk_full = matches!(err.root(), Error::DiskFull { .. });
         if disk_full {

@@ -14,8 +14,10 @@
 //! - `pipeline`: the op types and the batching loop of the commit pipeline; `tables`: the
 //!   transaction layer it applies ops with; `publish`: what happens after a commit, or after
 //!   a failed one.
-//! - `database`: the open file, reopened after I/O errors, and the disk reserve; `recovery`:
-//!   opening a file, checking its schema, and finding what the last run left live;
+//! - `database`: the open file and its write-ahead log, how a commit goes to them, reopening
+//!   after I/O errors, and the disk reserve; `wal`: the log itself (frames, the logged tables,
+//!   the encoded changes, the replay); `recovery`: opening a file, replaying its log, checking
+//!   its schema, and finding what the last run left live;
 //!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
 //!   rows, tombstones and pages of them.
 
