@@ -231,6 +231,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         budget: u64,
         tombstone_ms: u64,
     ) -> Result<(u64, bool)> {
+        // The oldest `budget` chunks, found first and then removed as one logged range.
         let mut deleted = 0;
         let mut last = None;
         for entry in self
