@@ -2,7 +2,6 @@
 //! is the ack), an `end` entry as the completion marker, live readers on `XREAD BLOCK` from
 //! their last id, catch-up with `XRANGE`. The bench starts its own `redis-server` on a free
 //! loopback port with a temp dir, AOF on, and the fsync policy under test.
-use std::path::Path;
 use std::process::{Command, Stdio};
 
 use anyhow::{Context, Result, bail};
@@ -24,16 +23,14 @@ pub(crate) enum Appendfsync {
     Everysec,
 }
 
-/// A `redis-server` (its own, or one it was attached to) and a pool of multiplexed
-/// connections to it.
+/// A private `redis-server` and a pool of multiplexed connections to it.
 pub(crate) struct RedisStreams {
     client: Client,
     connections: Vec<MultiplexedConnection>,
     fsync: Appendfsync,
     pid: u32,
-    // `None` when attached to a server someone else owns (see `attach`).
-    _server: Option<ChildGuard>,
-    _dir: Option<tempfile::TempDir>,
+    _server: ChildGuard,
+    _dir: tempfile::TempDir,
 }
 
 /// No per-request timeout: `XREAD BLOCK 0` waits as long as the recording is live, and under
@@ -51,7 +48,24 @@ impl RedisStreams {
     ) -> Result<RedisStreams> {
         let dir = temp_dir(&env.work_dir, "redis-")?;
         let port = free_port()?;
-        let child = Self::command(env, dir.path(), port, fsync, &dir.path().join("redis.log"))
+        let policy = match fsync {
+            Appendfsync::Always => "always",
+            Appendfsync::Everysec => "everysec",
+        };
+        let child = Command::new(&env.redis_server)
+            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
+            .arg("--dir")
+            .arg(dir.path())
+            .args(["--appendonly", "yes", "--appendfsync", policy])
+            // AOF is the durability under test; RDB snapshots would add forks and writes.
+            .args(["--save", ""])
+            .args(["--daemonize", "no", "--protected-mode", "yes"])
+            .args(["--maxclients", "10000"])
+            .arg("--logfile")
+            .arg(dir.path().join("redis.log"))
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
             .spawn()
             .with_context(|| {
                 format!(
@@ -60,30 +74,18 @@ impl RedisStreams {
                 )
             })?;
         let mut child = ChildGuard::new(child);
-        let client = client(port)?;
+        // redis-rs leaves Nagle on by default; Redis itself and tapedeck's clients turn it off,
+        // and small pipelined commands behind Nagle wait for delayed ACKs (up to 40 ms).
+        let info = format!("redis://127.0.0.1:{port}/")
+            .into_connection_info()?
+            .set_tcp_settings(TcpSettings::default().set_nodelay(true));
+        let client = Client::open(info)?;
         wait_ready(&mut child, "redis-server", || async {
             let mut conn = client.get_multiplexed_async_connection().await?;
             let _: String = redis::cmd("PING").query_async(&mut conn).await?;
             Ok(())
         })
         .await?;
-        let mut redis = Self::attach(port, child.pid(), fsync, connections).await?;
-        redis._server = Some(child);
-        redis._dir = Some(dir);
-        Ok(redis)
-    }
-
-    /// Opens `connections` connections to a `redis-server` (process `pid`, run with `fsync`)
-    /// that listens on loopback `port` and that the caller owns.
-    /// Fails when it cannot connect; a server still loading its data connects, then fails
-    /// every command.
-    pub(crate) async fn attach(
-        port: u16,
-        pid: u32,
-        fsync: Appendfsync,
-        connections: usize,
-    ) -> Result<RedisStreams> {
-        let client = client(port)?;
         let mut pool = Vec::with_capacity(connections.max(1));
         for _ in 0..connections.max(1) {
             pool.push(
@@ -96,64 +98,15 @@ impl RedisStreams {
             client,
             connections: pool,
             fsync,
-            pid,
-            _server: None,
-            _dir: None,
+            pid: child.pid(),
+            _server: child,
+            _dir: dir,
         })
-    }
-
-    /// `redis-server` on loopback `port` with its data in `dir`, AOF on with `fsync`, logging to
-    /// `log`.
-    pub(crate) fn command(
-        env: &Environment,
-        dir: &Path,
-        port: u16,
-        fsync: Appendfsync,
-        log: &Path,
-    ) -> Command {
-        let policy = match fsync {
-            Appendfsync::Always => "always",
-            Appendfsync::Everysec => "everysec",
-        };
-        let mut command = Command::new(&env.redis_server);
-        command
-            .args(["--bind", "127.0.0.1", "--port", &port.to_string()])
-            .arg("--dir")
-            .arg(dir)
-            .args(["--appendonly", "yes", "--appendfsync", policy])
-            // AOF is the durability under test; RDB snapshots would add forks and writes.
-            .args(["--save", ""])
-            .args(["--daemonize", "no", "--protected-mode", "yes"])
-            .args(["--maxclients", "10000"])
-            .arg("--logfile")
-            .arg(log)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null());
-        command
-    }
-
-    /// Sends `PING` on the first connection.
-    /// Fails while the server is loading its data.
-    pub(crate) async fn ping(&self) -> Result<()> {
-        let mut conn = self.connection(0);
-        let _: String = redis::cmd("PING").query_async(&mut conn).await?;
-        Ok(())
     }
 
     fn connection(&self, lane: usize) -> MultiplexedConnection {
         self.connections[lane % self.connections.len()].clone()
     }
-}
-
-/// A client of the server on loopback `port`.
-fn client(port: u16) -> Result<Client> {
-    // redis-rs leaves Nagle on by default; Redis itself and tapedeck's clients turn it off,
-    // and small pipelined commands behind Nagle wait for delayed ACKs (up to 40 ms).
-    let info = format!("redis://127.0.0.1:{port}/")
-        .into_connection_info()?
-        .set_tcp_settings(TcpSettings::default().set_nodelay(true));
-    Ok(Client::open(info)?)
 }
 
 fn stream_key(name: &str) -> String {
