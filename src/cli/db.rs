@@ -73,6 +73,7 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                     "recordings": stats.by_status,
                     "recorded_bytes": stats.recorded_bytes,
                     "chunks": stats.chunks,
+                    "segments": stats.segments,
                     "journal_backlog": stats.journal_backlog,
                     "tombstones": stats.tombstones,
                     "live_bytes": stats.live_bytes,
@@ -94,6 +95,7 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                     stats.recorded_bytes
                 )?;
                 writeln!(out, "chunks:          {}", stats.chunks)?;
+                writeln!(out, "segments:        {}", stats.segments)?;
                 writeln!(out, "journal backlog: {} entries", stats.journal_backlog)?;
                 writeln!(out, "tombstones:      {}", stats.tombstones)?;
                 writeln!(

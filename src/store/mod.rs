@@ -32,6 +32,7 @@ mod publish;
 mod reads;
 mod recovery;
 pub mod schema;
+mod segment;
 mod stored;
 mod stream_row;
 mod tables;

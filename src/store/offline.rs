@@ -10,6 +10,7 @@ use redb::{
 };
 
 use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
+use super::segment::Segment;
 use super::wal;
 use crate::error::{Error, Result};
 use crate::recorder::Status;
@@ -21,8 +22,11 @@ pub struct Stats {
     pub by_status: BTreeMap<&'static str, u64>,
     /// UTF-8 bytes of the recordings that have ended (live ones count in chunks only).
     pub recorded_bytes: u64,
-    /// Chunks stored in the chunks table.
+    /// Chunks folded into the chunks table.
     pub chunks: u64,
+    /// Rows of the chunks table: segments of consecutive chunks (one chunk each before
+    /// schema 4).
+    pub segments: u64,
     /// Entries waiting in the journal to be folded.
     pub journal_backlog: u64,
     /// Tombstones of collected or deleted recordings.
@@ -52,8 +56,15 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
     let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
     let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
     let total = rows.len().map_err(Error::storage)?;
+    let version = txn
+        .open_table(META)
+        .map_err(Error::storage)?
+        .get(schema::SCHEMA_VERSION_KEY)
+        .map_err(Error::storage)?
+        .map(|v| v.value());
+    let segmented = version.is_some_and(|v| v >= 4);
     let mut stats = Stats {
-        chunks: chunks.len().map_err(Error::storage)?,
+        segments: chunks.len().map_err(Error::storage)?,
         journal_backlog: journal.len().map_err(Error::storage)?,
         tombstones: tombstones.len().map_err(Error::storage)?,
         file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
@@ -72,8 +83,12 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
             progress(done as u64, total);
         }
     }
-    for chunk in chunks.iter().map_err(Error::storage)? {
-        let (_, value) = chunk.map_err(Error::storage)?;
+    for row in chunks.iter().map_err(Error::storage)? {
+        let (_, value) = row.map_err(Error::storage)?;
+        stats.chunks += match segmented {
+            true => Segment::parse(value.value())?.len() as u64,
+            false => 1,
+        };
         stats.live_bytes += 24 + value.value().len() as u64;
     }
     for entry in journal.iter().map_err(Error::storage)? {
@@ -166,11 +181,16 @@ pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems
     }
     let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
     let mut orphans = HashSet::new();
-    for chunk in chunks.iter().map_err(Error::storage)? {
-        let (key, _) = chunk.map_err(Error::storage)?;
-        let (key, _) = key.value();
+    for row in chunks.iter().map_err(Error::storage)? {
+        let (key, value) = row.map_err(Error::storage)?;
+        let (key, first) = key.value();
         if !stored.contains(&key) {
             orphans.insert(key);
+        }
+        if version == Some(schema::SCHEMA_VERSION)
+            && let Err(err) = Segment::parse(value.value())
+        {
+            problems.push(format!("chunks of {key:032x} from {first}: {err}"));
         }
     }
     let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;

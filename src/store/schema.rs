@@ -1,5 +1,6 @@
 //! The redb tables and how their values are encoded. A recording is one contiguous key range of
-//! `chunks` followed by its newest chunks in `journal` (not yet folded into `chunks`), one
+//! `chunks` (segments of consecutive chunks) followed by its newest chunks in `journal` (not
+//! yet folded into `chunks`), one
 //! `recordings` row, one `started` entry, and, once finished, one `expiry` entry. A collected
 //! recording leaves a `tombstones` row, itself collected through `tombstone_expiry`.
 use redb::TableDefinition;
@@ -11,12 +12,15 @@ use crate::recorder::Status;
 
 /// Version of the layout below; older versions are upgraded on open (see `upgrade`), newer
 /// ones refused.
-pub const SCHEMA_VERSION: u64 = 3;
+pub const SCHEMA_VERSION: u64 = 4;
 
-/// `(conversation, chunk index)` → chunk start byte offset (8 bytes, little-endian) + UTF-8 text.
+/// `(conversation, index of the segment's first chunk)` → a [segment](super::segment): a run of
+/// the recording's consecutive chunks, each a chunk value (start byte offset, 8 bytes,
+/// little-endian, then the UTF-8 text; see [`ChunkLayout`]). Before schema 4, one chunk value
+/// per row.
 pub(crate) const CHUNKS: TableDefinition<(u128, u64), &[u8]> = TableDefinition::new("chunks");
 /// Append order → conversation (16 bytes, little-endian), chunk index (8 bytes, little-endian),
-/// then the chunk's value as in [`CHUNKS`]. Every commit appends at its end, so a commit writes
+/// then the chunk's value (see [`ChunkLayout`]). Every commit appends at its end, so a commit writes
 /// the same few pages however many recordings it touches; the writer folds the oldest entries
 /// into `chunks` in bulk.
 pub(crate) const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("journal");

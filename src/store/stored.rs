@@ -1,12 +1,16 @@
 //! One recording's committed chunks as a read transaction sees them: the folded prefix in
-//! `chunks`, the rest in `journal`, found through a [`JournalView`] taken before the
-//! transaction began.
+//! `chunks` (segments of consecutive chunks), the rest in `journal`, found through a
+//! [`JournalView`] taken before the transaction began.
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
 use super::live::Chunk;
 use super::schema::{self, CHUNKS, ChunkLayout, JOURNAL};
+use super::segment::Segment;
 use crate::error::{Error, Result};
+
+/// A value read from `chunks`.
+type StoredValue<'t> = redb::AccessGuard<'t, &'static [u8]>;
 
 pub(crate) struct StoredChunks {
     chunks: ReadOnlyTable<(u128, u64), &'static [u8]>,
@@ -35,8 +39,13 @@ impl StoredChunks {
 
     /// The start offset of chunk `index`, if it is stored.
     pub(crate) fn offset_of(&self, index: u64) -> Result<Option<u64>> {
-        if let Some(value) = self.chunks.get((self.key, index)).map_err(Error::storage)? {
-            return schema::chunk_offset(value.value()).map(Some);
+        if let Some((first, value)) = self.segment_holding(index)? {
+            let segment = Segment::parse(value.value())?;
+            let position = (index - first) as usize;
+            let chunk = segment
+                .value(position)
+                .expect("the segment holds the chunk");
+            return schema::chunk_offset(chunk).map(Some);
         }
         match self.journal_value(index)? {
             Some(value) => schema::chunk_offset(&value).map(Some),
@@ -57,17 +66,25 @@ impl StoredChunks {
             chunks: Vec::new(),
             bytes: 0,
         };
+        let start = match self.segment_holding(from)? {
+            Some((first, _)) => first,
+            None => from,
+        };
         for entry in self
             .chunks
-            .range((self.key, from)..=(self.key, u64::MAX))
+            .range((self.key, start)..=(self.key, u64::MAX))
             .map_err(Error::storage)?
         {
             let (key, value) = entry.map_err(Error::storage)?;
-            if key.value().1 != out.next_index() {
+            let first = key.value().1;
+            // Only the segment holding `from` starts before the next chunk wanted.
+            let Some(skip) = out.next_index().checked_sub(first) else {
                 return Err(being_collected(self.key));
-            }
-            if !out.push(value.value())? {
-                return Ok(out.chunks);
+            };
+            for chunk in Segment::parse(value.value())?.values().skip(skip as usize) {
+                if !out.push(chunk)? {
+                    return Ok(out.chunks);
+                }
             }
         }
         while let Some(value) = self.journal_value(out.next_index())? {
@@ -76,6 +93,22 @@ impl StoredChunks {
             }
         }
         Ok(out.chunks)
+    }
+
+    /// The segment holding chunk `index`, with the index of its first chunk, if `index` is
+    /// folded.
+    fn segment_holding(&self, index: u64) -> Result<Option<(u64, StoredValue<'_>)>> {
+        let mut range = self
+            .chunks
+            .range((self.key, 0)..=(self.key, index))
+            .map_err(Error::storage)?;
+        let Some(entry) = range.next_back() else {
+            return Ok(None);
+        };
+        let (key, value) = entry.map_err(Error::storage)?;
+        let first = key.value().1;
+        let count = Segment::parse(value.value())?.len() as u64;
+        Ok((index < first + count).then_some((first, value)))
     }
 
     /// How many chunks are stored and their total length; the view need only hold the newest.
@@ -94,9 +127,10 @@ impl StoredChunks {
         match range.next_back() {
             Some(entry) => {
                 let (key, value) = entry.map_err(Error::storage)?;
+                let segment = Segment::parse(value.value())?;
                 Ok((
-                    key.value().1 + 1,
-                    schema::chunk_end(value.value(), self.layout)?,
+                    key.value().1 + segment.len() as u64,
+                    schema::chunk_end(segment.last(), self.layout)?,
                 ))
             }
             None => Ok((0, 0)),

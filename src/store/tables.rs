@@ -13,6 +13,7 @@ use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, JOURNAL, RECORDINGS, RecordingMeta, STARTED,
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
+use super::segment::{self, Segment};
 use super::stream_row::{STREAMS, StreamRow};
 use super::wal::{Logged, Redo, TableId};
 use crate::error::{Error, Result};
@@ -129,8 +130,9 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(())
     }
 
-    /// Stores one chunk: at the end of the journal, or straight into `chunks` when it is big
-    /// and its recording has nothing unfolded (its folded chunks must stay a prefix).
+    /// Stores one chunk: at the end of the journal, or straight into `chunks` as a segment of
+    /// its own when it is big and its recording has nothing unfolded (its folded chunks must
+    /// stay a prefix).
     pub(super) fn append_chunk(
         &mut self,
         key: u128,
@@ -141,8 +143,10 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let (offset, time, text) = (chunk.offset, chunk.committed_ms, &chunk.data[..]);
         if chunk.data.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
             schema::encode_chunk_into(&mut self.scratch, layout, offset, time, text);
+            let mut value = Vec::with_capacity(self.scratch.len() + 8);
+            segment::encode(&mut value, [self.scratch.as_slice()].into_iter());
             self.chunks
-                .insert((key, chunk.index), self.scratch.as_slice())
+                .insert((key, chunk.index), value.as_slice())
                 .map_err(Error::storage)?;
             Ok(())
         } else {
@@ -221,32 +225,38 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(true)
     }
 
-    /// Deletes up to `budget` of a recording's folded chunks, oldest first; once none is left,
-    /// its unfolded chunks and its row go too (so that a reader never meets a gap between the
-    /// two) and a tombstone kept for `tombstone_ms` takes its place. Returns the chunks
-    /// deleted and whether the recording is gone.
+    /// Deletes up to `budget` of a recording's folded chunks, whole segments, oldest first (at
+    /// least one segment, unless `budget` is 0); once none is left, its unfolded chunks and
+    /// its row go too (so that a reader never meets a gap between the two) and a tombstone
+    /// kept for `tombstone_ms` takes its place. Returns the chunks deleted and whether the
+    /// recording is gone.
     pub(super) fn purge(
         &mut self,
         key: u128,
         budget: u64,
         tombstone_ms: u64,
     ) -> Result<(u64, bool)> {
-        // The oldest `budget` chunks, found first and then removed as one logged range.
+        // The oldest segments within `budget`, found first and then removed as one logged
+        // range.
         let mut deleted = 0;
         let mut last = None;
         for entry in self
             .chunks
             .range((key, 0)..=(key, u64::MAX))
             .map_err(Error::storage)?
-            .take(budget as usize)
         {
-            last = Some(entry.map_err(Error::storage)?.0.value().1);
-            deleted += 1;
+            let (first, value) = entry.map_err(Error::storage)?;
+            let count = Segment::parse(value.value())?.len() as u64;
+            if deleted + count > budget && (deleted > 0 || budget == 0) {
+                break;
+            }
+            last = Some(first.value().1);
+            deleted += count;
         }
         if let Some(last) = last {
             self.chunks.remove_range((key, 0)..=(key, last))?;
         }
-        if deleted == budget && self.has_chunks(key)? {
+        if self.has_chunks(key)? {
             return Ok((deleted, false));
         }
         deleted += self.delta.forget(&mut self.journal, self.index, key)?;
@@ -377,7 +387,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
                 }
                 continue;
             }
-            let budget = max_chunks - report.chunks_deleted;
+            let budget = max_chunks.saturating_sub(report.chunks_deleted);
             let (deleted, gone) = self.purge(key, budget, tombstone_ms)?;
             report.chunks_deleted += deleted;
             if !gone {

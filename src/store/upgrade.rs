@@ -1,11 +1,13 @@
 //! Upgrading files of older schemas in place, on open, in the transaction that checks the
 //! version: schema 1 had no journal; schema 2 rows had no retention of their own nor chunk
-//! layout, and there were no start index and no tombstones. Every table of the current schema
-//! is created by the caller; this rewrites what changed shape.
+//! layout, and there were no start index and no tombstones; up to schema 3 `chunks` held one
+//! chunk per row, not segments. Every table of the current schema is created by the caller;
+//! this rewrites what changed shape.
 use redb::{ReadableTable, WriteTransaction};
 use serde::Deserialize;
 
-use super::schema::{self, RECORDINGS, RecordingMeta, STARTED};
+use super::schema::{self, CHUNKS, RECORDINGS, RecordingMeta, STARTED};
+use super::segment;
 use crate::error::{Error, Result};
 use crate::recorder::Status;
 
@@ -34,6 +36,18 @@ pub(super) struct RowV2 {
 /// Fails with a storage error, or `Decode` for a row of neither shape.
 pub(super) fn upgrade(txn: &WriteTransaction, found: u64) -> Result<u64> {
     debug_assert!(found >= OLDEST_UPGRADABLE);
+    let mut rows = 0;
+    if found < 3 {
+        rows += upgrade_recordings(txn)?;
+    }
+    if found < 4 {
+        rows += pack_chunks(txn)?;
+    }
+    Ok(rows)
+}
+
+/// Rewrites the `recordings` rows of schemas 1 and 2, and fills the start index.
+fn upgrade_recordings(txn: &WriteTransaction) -> Result<u64> {
     let mut recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
     let mut started = txn.open_table(STARTED).map_err(Error::storage)?;
     let old: Vec<(u128, RowV2)> = recordings
@@ -72,4 +86,56 @@ pub(super) fn upgrade(txn: &WriteTransaction, found: u64) -> Result<u64> {
             .map_err(Error::storage)?;
     }
     Ok(old.len() as u64)
+}
+
+/// Packs the chunks of every recording, stored one per row up to schema 3, into segments, a
+/// recording at a time; returns how many rows were rewritten.
+fn pack_chunks(txn: &WriteTransaction) -> Result<u64> {
+    let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
+    let mut rewritten = 0;
+    let mut next = Some(0u128);
+    let mut value = Vec::new();
+    while let Some(from) = next {
+        let Some(key) = first_key_from(&chunks, from)? else {
+            break;
+        };
+        let rows: Vec<(u64, Vec<u8>)> = chunks
+            .range((key, 0)..=(key, u64::MAX))
+            .map_err(Error::storage)?
+            .map(|row| {
+                let (index, chunk) = row.map_err(Error::storage)?;
+                Ok((index.value().1, chunk.value().to_vec()))
+            })
+            .collect::<Result<_>>()?;
+        chunks
+            .retain_in((key, 0)..=(key, u64::MAX), |_, _| false)
+            .map_err(Error::storage)?;
+        // Runs of consecutive chunks: the sweeper may have deleted a recording's oldest ones.
+        for run in rows.chunk_by(|a, b| a.0 + 1 == b.0) {
+            let mut at = 0;
+            for count in segment::pack(run[..].iter().map(|(_, chunk)| chunk.len())) {
+                let part = &run[at..at + count];
+                segment::encode(&mut value, part.iter().map(|(_, chunk)| chunk.as_slice()));
+                chunks
+                    .insert((key, part[0].0), value.as_slice())
+                    .map_err(Error::storage)?;
+                at += count;
+            }
+        }
+        rewritten += rows.len() as u64;
+        next = key.checked_add(1);
+    }
+    Ok(rewritten)
+}
+
+/// The first conversation at or after `from` with a row in `chunks`.
+fn first_key_from(
+    chunks: &redb::Table<'_, (u128, u64), &'static [u8]>,
+    from: u128,
+) -> Result<Option<u128>> {
+    let mut range = chunks.range((from, 0)..).map_err(Error::storage)?;
+    match range.next() {
+        Some(row) => Ok(Some(row.map_err(Error::storage)?.0.value().0)),
+        None => Ok(None),
+    }
 }

@@ -94,7 +94,7 @@ impl JournalDelta {
         Ok(unfolded as u64)
     }
 
-    /// Folds `key`'s unfolded chunks into `chunks`; returns how many.
+    /// Folds `key`'s unfolded chunks into `chunks`, packed into segments; returns how many.
     pub(crate) fn fold(
         &mut self,
         tables: (&mut JournalTable<'_, '_>, &mut ChunksTable<'_, '_>),
@@ -111,31 +111,26 @@ impl JournalDelta {
             seqs.extend(&appended.seqs);
         }
         let done = self.folded.get(&key).copied().unwrap_or(0);
+        let pending = &seqs[done..];
+        let mut entries = Vec::with_capacity(pending.len());
+        for &seq in pending {
+            let entry = journal
+                .get(seq)
+                .map_err(Error::storage)?
+                .ok_or_else(|| missing_entry(seq))?;
+            entries.push((seq, entry.value().to_vec()));
+        }
+        let (_, first, values) = decode_run(Some(key), &entries)?;
+        let mut at = 0;
         let mut value = Vec::new();
-        for &seq in seqs.iter().skip(done) {
-            {
-                let entry =
-                    journal
-                        .get(seq)
-                        .map_err(Error::storage)?
-                        .ok_or_else(|| Error::Corrupt {
-                            detail: format!("journal entry {seq} is missing"),
-                        })?;
-                value.clear();
-                value.extend_from_slice(entry.value());
-            }
-            let (entry_key, chunk_index, chunk) = schema::decode_journal(&value)?;
-            if entry_key != key {
-                return Err(Error::Corrupt {
-                    detail: format!(
-                        "journal entry {seq} belongs to {entry_key:032x}, not {key:032x}"
-                    ),
-                });
-            }
-            chunks.insert_folded(seq, (key, chunk_index), chunk)?;
+        for run in segment::pack(values.iter().map(|v| v.len())) {
+            segment::encode(&mut value, values[at..at + run].iter().copied());
+            let key = (key, first + at as u64);
+            chunks.insert_folded(&pending[at..at + run], key, &value)?;
+            at += run;
         }
         self.folded.insert(key, seqs.len());
-        Ok(seqs.len() - done)
+        Ok(pending.len())
     }
 
     /// Folds the recordings that are due, within the commit's budget (see [`MIN_FOLD_BUDGET`]),
@@ -232,18 +227,64 @@ impl JournalDelta {
     }
 }
 
-/// Moves every journal entry into `chunks` and empties the journal, within `txn`; used on
-/// open, when no index exists. Entries already folded are written again, unchanged.
+/// Folds every journal entry past its recording's last segment into `chunks` and empties the
+/// journal, within `txn`; used on open, when no index exists. Returns how many were folded.
 pub(crate) fn fold_all(txn: &redb::WriteTransaction) -> Result<u64> {
     let mut journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
     let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-    let mut total = 0;
+    // Per recording: where its folded chunks end, and its entries from there on.
+    let mut runs: HashMap<u128, (u64, ReadEntries)> = HashMap::new();
     for entry in journal.iter().map_err(Error::storage)? {
-        let (_, value) = entry.map_err(Error::storage)?;
-        let (key, index, chunk) = schema::decode_journal(value.value())?;
-        chunks.insert((key, index), chunk).map_err(Error::storage)?;
-        total += 1;
+        let (seq, value) = entry.map_err(Error::storage)?;
+        let (key, index, _) = schema::decode_journal(value.value())?;
+        let (folded_to, entries) = match runs.entry(key) {
+            std::collections::hash_map::Entry::Occupied(run) => run.into_mut(),
+            std::collections::hash_map::Entry::Vacant(run) => {
+                run.insert((folded_end(&chunks, key)?, Vec::new()))
+            }
+        };
+        if index >= *folded_to {
+            entries.push((seq.value(), value.value().to_vec()));
+        }
+    }
+    let mut total = 0;
+    let mut value = Vec::new();
+    for (key, (folded_to, entries)) in runs {
+        if entries.is_empty() {
+            continue;
+        }
+        let (_, first, values) = decode_run(Some(key), &entries)?;
+        if first != folded_to {
+            return Err(Error::Corrupt {
+                detail: format!(
+                    "the journal holds chunks of {key:032x} from {first} on, but its folded chunks end at {folded_to}"
+                ),
+            });
+        }
+        let mut at = 0;
+        for run in segment::pack(values.iter().map(|v| v.len())) {
+            segment::encode(&mut value, values[at..at + run].iter().copied());
+            chunks
+                .insert((key, first + at as u64), value.as_slice())
+                .map_err(Error::storage)?;
+            at += run;
+        }
+        total += values.len() as u64;
     }
     journal.retain(|_, _| false).map_err(Error::storage)?;
     Ok(total)
+}
+
+/// The index just past `key`'s last folded chunk (0 when it has none).
+fn folded_end(chunks: &redb::Table<'_, (u128, u64), &'static [u8]>, key: u128) -> Result<u64> {
+    let mut range = chunks
+        .range((key, 0)..=(key, u64::MAX))
+        .map_err(Error::storage)?;
+    match range.next_back() {
+        Some(entry) => {
+            let (first, value) = entry.map_err(Error::storage)?;
+            Ok(first.value().1 + Segment::parse(value.value())?.len() as u64)
+        }
+        None => Ok(0),
+    }
 }

@@ -1,20 +1,21 @@
 //! The journal: every append lands at the end of one append-ordered table, so a commit writes
 //! the same few pages however many recordings it touches. A recording's chunks are folded into
-//! `chunks` a run at a time (once it has [`FOLD_RUN`] unfolded, and when it ends), so each of
-//! its pages there is written once per run instead of once per commit. Folded entries stay in
+//! `chunks` a run at a time (once it has [`FOLD_RUN`] unfolded, and when it ends), packed into
+//! segments, so each of its pages there is written once, and full. Folded entries stay in
 //! the journal until every entry before them is folded too; then the whole prefix is deleted
 //! at once. An in-memory index tells readers where each recording's unfolded chunks are.
 //!
 //! Invariants: a recording's folded chunks are a prefix of it, and its unfolded chunks the
 //! rest. Every journal entry belongs to a stored recording and equals its copy in `chunks` if
-//! it has one, so folding the whole journal again (on open) changes nothing but what was
-//! unfolded.
+//! it has one; folding the whole journal on open folds only the entries past a recording's
+//! last segment.
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Mutex;
 
 use redb::ReadableTable;
 
 use super::schema::{self, CHUNKS, JOURNAL};
+use super::segment::{self, SEGMENT_BYTES, Segment};
 use super::wal::Logged;
 use crate::error::{Error, Result};
 
@@ -22,6 +23,46 @@ mod delta;
 
 use delta::Appended;
 pub(crate) use delta::{JournalDelta, fold_all};
+
+/// Journal entries read out of the table: `(seq, value)`.
+pub(crate) type ReadEntries = Vec<(u64, Vec<u8>)>;
+
+/// Decodes journal entries `(seq, value)` that hold consecutive chunks of one recording (of
+/// `key`, when given): returns the recording, the index of the first chunk, and the chunk
+/// values. Fails with `Corrupt` when they are anything else.
+pub(crate) fn decode_run(
+    key: Option<u128>,
+    entries: &[(u64, Vec<u8>)],
+) -> Result<(u128, u64, Vec<&[u8]>)> {
+    let mut values = Vec::with_capacity(entries.len());
+    let (mut run_key, mut first) = (key, None);
+    for (seq, value) in entries {
+        let (entry_key, index, chunk) = schema::decode_journal(value)?;
+        let expected_key = *run_key.get_or_insert(entry_key);
+        let expected_index = first.map_or(index, |first| first + values.len() as u64);
+        if (entry_key, index) != (expected_key, expected_index) {
+            return Err(Error::Corrupt {
+                detail: format!(
+                    "journal entry {seq} holds chunk {index} of {entry_key:032x}, \
+                     expected chunk {expected_index} of {expected_key:032x}"
+                ),
+            });
+        }
+        first.get_or_insert(index);
+        values.push(chunk);
+    }
+    Ok((
+        run_key.unwrap_or_default(),
+        first.unwrap_or_default(),
+        values,
+    ))
+}
+
+fn missing_entry(seq: u64) -> Error {
+    Error::Corrupt {
+        detail: format!("journal entry {seq} is missing"),
+    }
+}
 
 /// Unfolded chunks that make a recording due for folding: about a page of `chunks`.
 const FOLD_RUN: usize = 64;
@@ -34,9 +75,10 @@ const MIN_FOLD_BUDGET: usize = 512;
 const MAX_SPAN: u64 = 64 * 1024;
 /// Dead entries at the journal's start deleted together, at the least.
 const MIN_PRUNE: u64 = 1024;
-/// Chunks at least this long go straight into `chunks` while their recording has nothing in
-/// the journal: they fill pages of their own anyway, and folding them would write them twice.
-pub(crate) const DIRECT_CHUNK_BYTES: usize = 512;
+/// Chunks at least this long go straight into `chunks`, as segments of their own, while their
+/// recording has nothing in the journal: no other chunk would fit beside them in a segment,
+/// and folding them would write them twice.
+pub(crate) const DIRECT_CHUNK_BYTES: usize = SEGMENT_BYTES / 2;
 
 pub(crate) type JournalTable<'r, 'txn> = Logged<'r, 'txn, u64, &'static [u8]>;
 pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [u8]>;

@@ -20,9 +20,7 @@ fn journal_entries(store: &TestStore) -> u64 {
 
 /// Chunks of `key` in `chunks` (folded, or written there directly).
 fn folded_chunks(store: &TestStore, key: u128) -> usize {
-    let txn = store.inner.db.begin_read().unwrap();
-    let chunks = txn.open_table(schema::CHUNKS).unwrap();
-    chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count()
+    super::folded_indexes(store, key).len()
 }
 
 /// Chunks enough for several folds of a journal with one or two recordings in it.
@@ -247,7 +245,7 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
 }
 
 /// A file of schema 1 (no journal; a live recording's row counted its chunks) opens as
-/// schema 3 with everything in it, its live recording detached.
+/// the current schema with everything in it, its live recording detached.
 #[tokio::test]
 async fn a_schema_1_file_is_upgraded_in_place() {
     let dir = tempfile::tempdir().unwrap();
@@ -337,4 +335,79 @@ async fn a_slow_recording_is_folded_once_it_falls_far_behind() {
         texts_of(&all_chunks(&store, slow_key, 1).await),
         ["a ", "few"]
     );
+}
+
+/// A file of schema 3 (one chunk per row) with a log a server of that schema left at a crash,
+/// folds included: the log is replayed as it was written, then the file is packed into
+/// segments and its journal folded, and the recording reads whole.
+#[tokio::test]
+async fn a_schema_3_file_and_its_log_are_replayed_then_packed() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = crate::clock::ManualClock::new(super::T0);
+    let key = id("crashed").key();
+    let layout = schema::ChunkLayout::Timed;
+    let texts = ["zero ", "one ", "two ", "three"];
+    let mut offsets = Vec::new();
+    let mut offset = 0;
+    for text in texts {
+        offsets.push(offset);
+        offset += text.len() as u64;
+    }
+    {
+        let db = redb::Database::create(super::db_path(&dir)).unwrap();
+        let txn = db.begin_write().unwrap();
+        {
+            let mut meta = txn.open_table(schema::META).unwrap();
+            meta.insert(schema::SCHEMA_VERSION_KEY, 3).unwrap();
+            let mut meta_row = schema::RecordingMeta::started(&id("crashed"), 1, super::T0);
+            meta_row.timed_chunks = true;
+            let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
+            let row = schema::encode_meta(&meta_row).unwrap();
+            recordings.insert(key, row.as_slice()).unwrap();
+            let mut started = txn.open_table(schema::STARTED).unwrap();
+            started.insert((super::T0, key), ()).unwrap();
+            // Chunk 0 folded as a row of its own; chunks 1 to 3 in the journal.
+            let mut value = Vec::new();
+            let mut chunks = txn.open_table(schema::CHUNKS).unwrap();
+            schema::encode_chunk_into(&mut value, layout, 0, super::T0, texts[0].as_bytes());
+            chunks.insert((key, 0), value.as_slice()).unwrap();
+            let mut journal = txn.open_table(schema::JOURNAL).unwrap();
+            for index in 1..4 {
+                let chunk = (offsets[index], super::T0, texts[index].as_bytes());
+                schema::encode_journal_into(&mut value, key, index as u64, layout, chunk);
+                journal.insert(index as u64, value.as_slice()).unwrap();
+            }
+        }
+        txn.commit().unwrap();
+    }
+    // The crashed server's last commit: journal entry 1 folded into a row of its own, then
+    // the journal's dead prefix deleted, so that chunk 1 is only where the fold put it.
+    use super::super::wal::{self, Redo, TableId};
+    let mut commit = vec![4u8];
+    commit.extend_from_slice(&1u64.to_le_bytes());
+    let redo = Redo::default();
+    let end = 2u64.to_le_bytes();
+    let (start, end) = (
+        std::ops::Bound::Unbounded,
+        std::ops::Bound::Excluded(&end[..]),
+    );
+    redo.remove_range(TableId::Journal, start, end);
+    commit.extend_from_slice(&redo.take());
+    let wal_path = wal::path_of(&super::db_path(&dir));
+    let mut log = wal::Wal::open_empty(&wal_path, 0).unwrap();
+    log.append(&commit).unwrap();
+    drop(log);
+
+    let store = open(&dir, &clock);
+    assert_eq!(
+        texts_of(&all_chunks(&store, key, 1).await),
+        texts,
+        "every chunk, once"
+    );
+    assert_eq!(journal_entries(&store), 0);
+    // Chunks 0 and 1 (rows) and 2 and 3 (the journal), packed into a segment each.
+    let txn = store.inner.db.begin_read().unwrap();
+    let segments = txn.open_table(schema::CHUNKS).unwrap();
+    assert_eq!(segments.len().unwrap(), 2);
+    assert_eq!(folded_chunks(&store, key), 4);
 }

@@ -179,14 +179,9 @@ pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
 /// Chunks of `key` in the file, whatever recording they belong to: in `chunks`, in the
 /// journal, or (folded, until the journal's prefix is deleted) in both.
 pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
+    let mut indexes = folded_indexes(store, key);
     let txn = store.inner.db.begin_read().unwrap();
-    let chunks = txn.open_table(schema::CHUNKS).unwrap();
     let journal = txn.open_table(schema::JOURNAL).unwrap();
-    let mut indexes: std::collections::BTreeSet<u64> = chunks
-        .range((key, 0)..=(key, u64::MAX))
-        .unwrap()
-        .map(|entry| entry.unwrap().0.value().1)
-        .collect();
     for entry in journal.iter().unwrap() {
         let (_, value) = entry.unwrap();
         let (entry_key, index, _) = schema::decode_journal(value.value()).unwrap();
@@ -195,6 +190,19 @@ pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
         }
     }
     indexes.len()
+}
+
+/// Indexes of `key`'s chunks in `chunks`, in its segments.
+pub(super) fn folded_indexes(store: &Store, key: u128) -> std::collections::BTreeSet<u64> {
+    let txn = store.inner.db.begin_read().unwrap();
+    let chunks = txn.open_table(schema::CHUNKS).unwrap();
+    let mut indexes = std::collections::BTreeSet::new();
+    for entry in chunks.range((key, 0)..=(key, u64::MAX)).unwrap() {
+        let (first, value) = entry.unwrap();
+        let count = super::segment::Segment::parse(value.value()).unwrap().len();
+        indexes.extend((0..count as u64).map(|i| first.value().1 + i));
+    }
+    indexes
 }
 
 /// `expiry` entries of `key` in the file.

@@ -69,12 +69,17 @@ impl<'r, 'txn, K: Key + 'static, V: Value + 'static> Logged<'r, 'txn, K, V> {
 }
 
 impl Logged<'_, '_, (u128, u64), &'static [u8]> {
-    /// Inserts a chunk folded from journal entry `seq`, logging only `seq`: its bytes are in the
-    /// log already, as that entry's insert.
-    pub(crate) fn insert_folded(&mut self, seq: u64, key: (u128, u64), chunk: &[u8]) -> Result<()> {
-        self.redo.fold(seq);
+    /// Inserts a segment folded from journal entries `seqs`, logging only their numbers: their
+    /// bytes are in the log already, as those entries' inserts.
+    pub(crate) fn insert_folded(
+        &mut self,
+        seqs: &[u64],
+        key: (u128, u64),
+        segment: &[u8],
+    ) -> Result<()> {
+        self.redo.fold(seqs);
         self.table
-            .insert(key, chunk)
+            .insert(key, segment)
             .map(drop)
             .map_err(Error::storage)
     }

@@ -4,9 +4,10 @@
 //! chunk's bytes are logged once.
 //!
 //! A change is `[kind: u8][table: u8]` then, by kind: insert `[key][value]`; remove `[key]`;
-//! remove range `[start bound][end bound]`; fold `[journal seq: u64]` (no table byte). Bytes are
-//! `[length: u32][bytes]`; a bound is `[0]` unbounded, `[1][bytes]` included, `[2][bytes]`
-//! excluded.
+//! remove range `[start bound][end bound]`; fold `[count: u32][journal seq: u64 × count]` (no
+//! table byte; the entries packed into one segment). Bytes are `[length: u32][bytes]`; a bound
+//! is `[0]` unbounded, `[1][bytes]` included, `[2][bytes]` excluded. Logs written before
+//! schema 4 also hold a legacy fold, `[4][journal seq: u64]`: one entry copied as one row.
 use std::cell::RefCell;
 use std::ops::Bound;
 
@@ -45,7 +46,8 @@ impl TableId {
 const INSERT: u8 = 1;
 const REMOVE: u8 = 2;
 const REMOVE_RANGE: u8 = 3;
-const FOLD: u8 = 4;
+const LEGACY_FOLD: u8 = 4;
+const FOLD: u8 = 5;
 
 /// The changes of the transaction under way, gathered as its tables are changed.
 #[derive(Default)]
@@ -58,8 +60,10 @@ pub(crate) struct Redo {
 pub(crate) enum Change<'a> {
     /// An insert or removal in one table.
     Edit { table: TableId, edit: Edit<'a> },
-    /// Journal entry `seq` copied into `chunks`.
-    Fold { seq: u64 },
+    /// Journal entries `seqs`, consecutive chunks of one recording, packed into one segment.
+    Fold { seqs: Vec<u64> },
+    /// Journal entry `seq` copied into `chunks` as one row, as logs before schema 4 did.
+    LegacyFold { seq: u64 },
 }
 
 /// An insert or removal, in a table's own key and value bytes.
@@ -99,10 +103,14 @@ impl Redo {
         put_bound(&mut bytes, end);
     }
 
-    pub(crate) fn fold(&self, seq: u64) {
+    pub(crate) fn fold(&self, seqs: &[u64]) {
         let mut bytes = self.bytes.borrow_mut();
         bytes.push(FOLD);
-        bytes.extend_from_slice(&seq.to_le_bytes());
+        let count = u32::try_from(seqs.len()).expect("a fold holds fewer than 2^32 entries");
+        bytes.extend_from_slice(&count.to_le_bytes());
+        for seq in seqs {
+            bytes.extend_from_slice(&seq.to_le_bytes());
+        }
     }
 
     /// The encoded changes, leaving none.
@@ -159,6 +167,12 @@ impl<'a> Changes<'a> {
         Ok(taken)
     }
 
+    fn u64(&mut self) -> Result<u64> {
+        Ok(u64::from_le_bytes(
+            self.take(8)?.try_into().expect("8 bytes"),
+        ))
+    }
+
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let length = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
         self.take(length as usize)
@@ -175,9 +189,13 @@ impl<'a> Changes<'a> {
 
     fn change(&mut self) -> Result<Change<'a>> {
         let kind = self.byte()?;
+        if kind == LEGACY_FOLD {
+            return Ok(Change::LegacyFold { seq: self.u64()? });
+        }
         if kind == FOLD {
-            let seq = u64::from_le_bytes(self.take(8)?.try_into().expect("8 bytes"));
-            return Ok(Change::Fold { seq });
+            let count = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
+            let seqs = (0..count).map(|_| self.u64()).collect::<Result<_>>()?;
+            return Ok(Change::Fold { seqs });
         }
         let table = TableId::from_byte(self.byte()?)?;
         let edit = match kind {
@@ -228,7 +246,7 @@ mod tests {
         let redo = Redo::default();
         redo.insert(TableId::Journal, b"k", b"value");
         redo.remove(TableId::Expiry, b"gone");
-        redo.fold(42);
+        redo.fold(&[42, 43]);
         redo.remove_range(TableId::Chunks, Bound::Included(b"a"), Bound::Unbounded);
         redo.remove_range(TableId::Journal, Bound::Unbounded, Bound::Excluded(b"z"));
         let payload = redo.take();
@@ -248,7 +266,7 @@ mod tests {
                     table: TableId::Expiry,
                     edit: Edit::Remove { key: b"gone" }
                 },
-                Change::Fold { seq: 42 },
+                Change::Fold { seqs: vec![42, 43] },
                 Change::Edit {
                     table: TableId::Chunks,
                     edit: Edit::RemoveRange {

@@ -11,9 +11,12 @@ use redb::{Database, Durability, Key, ReadableTable, Table, Value, WriteTransact
 use super::redo::{Change, Changes, Edit, TableId};
 use super::{CHECKPOINT_LSN_KEY, read_frame};
 use crate::error::{Error, Result};
+use crate::store::journal;
 use crate::store::schema::{
-    self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONE_EXPIRY, TOMBSTONES,
+    self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION_KEY, STARTED, TOMBSTONE_EXPIRY,
+    TOMBSTONES,
 };
+use crate::store::segment;
 use crate::store::stream_row::STREAMS;
 
 /// Replayed commits are applied this many payload bytes per (non-durable) transaction, so that
@@ -37,6 +40,9 @@ pub(crate) struct Replayed {
 /// Fails when the log cannot be read, a frame does not decode, or redb fails.
 pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
     let checkpoint = checkpoint_lsn(db)?;
+    // A log written before schema 4 folds entries as rows of their own (the file is upgraded
+    // after the replay); a later one, as segments.
+    let legacy_folds = meta_value(db, SCHEMA_VERSION_KEY)?.is_some_and(|v| v < 4);
     let mut replayed = Replayed {
         commits: 0,
         bytes: 0,
@@ -56,7 +62,7 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
         let txn = db.begin_write().map_err(Error::storage)?;
         let mut in_txn = 0;
         {
-            let mut tables = ReplayTables::open(&txn)?;
+            let mut tables = ReplayTables::open(&txn, legacy_folds)?;
             while let Some(lsn) = next {
                 if lsn <= replayed.last_lsn {
                     // Older: the log ends here (what follows was written in an earlier round,
@@ -103,16 +109,18 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
 
 /// The last LSN a checkpoint made durable in `db`; 0 for a file that never had a log.
 pub(crate) fn checkpoint_lsn(db: &Database) -> Result<u64> {
+    Ok(meta_value(db, CHECKPOINT_LSN_KEY)?.unwrap_or(0))
+}
+
+/// The number `name` in the `meta` table, if the file has it.
+fn meta_value(db: &Database, name: &str) -> Result<Option<u64>> {
     let txn = redb::ReadableDatabase::begin_read(db).map_err(Error::storage)?;
     let meta = match txn.open_table(META) {
         Ok(meta) => meta,
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(0),
+        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
         Err(err) => return Err(Error::storage(err)),
     };
-    Ok(meta
-        .get(CHECKPOINT_LSN_KEY)
-        .map_err(Error::storage)?
-        .map_or(0, |v| v.value()))
+    Ok(meta.get(name).map_err(Error::storage)?.map(|v| v.value()))
 }
 
 /// Commits `txn` durably, as the checkpoint holding every commit up to `lsn`; with quick-repair,
@@ -145,11 +153,14 @@ struct ReplayTables<'txn> {
     tombstones: Table<'txn, u128, &'static [u8]>,
     tombstone_expiry: Table<'txn, (u64, u128), ()>,
     streams: Table<'txn, u128, &'static [u8]>,
+    /// Whether the log may hold legacy folds (written before schema 4).
+    legacy_folds: bool,
 }
 
 impl<'txn> ReplayTables<'txn> {
-    fn open(txn: &'txn WriteTransaction) -> Result<Self> {
+    fn open(txn: &'txn WriteTransaction, legacy_folds: bool) -> Result<Self> {
         Ok(Self {
+            legacy_folds,
             chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
             journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
             recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
@@ -165,8 +176,12 @@ impl<'txn> ReplayTables<'txn> {
     fn apply(&mut self, payload: &[u8]) -> Result<()> {
         for change in Changes::new(payload) {
             let (table, edit) = match change? {
-                Change::Fold { seq } => {
-                    self.fold(seq)?;
+                Change::Fold { seqs } => {
+                    self.fold(&seqs)?;
+                    continue;
+                }
+                Change::LegacyFold { seq } => {
+                    self.legacy_fold(seq)?;
                     continue;
                 }
                 Change::Edit { table, edit } => (table, edit),
@@ -186,8 +201,39 @@ impl<'txn> ReplayTables<'txn> {
         Ok(())
     }
 
-    /// Copies journal entry `seq`'s chunk into `chunks`, as the fold that logged it did.
-    fn fold(&mut self, seq: u64) -> Result<()> {
+    /// Packs journal entries `seqs` into one segment in `chunks`, as the fold that logged it did.
+    fn fold(&mut self, seqs: &[u64]) -> Result<()> {
+        let mut entries = Vec::with_capacity(seqs.len());
+        for &seq in seqs {
+            entries.push((seq, self.journal_entry(seq)?));
+        }
+        let (key, first, values) = journal::decode_run(None, &entries)?;
+        let mut segment = Vec::new();
+        segment::encode(&mut segment, values.into_iter());
+        self.chunks
+            .insert((key, first), segment.as_slice())
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    /// Copies journal entry `seq`'s chunk into `chunks` as a row of its own, as a fold before
+    /// schema 4 did (the file is upgraded after the replay).
+    fn legacy_fold(&mut self, seq: u64) -> Result<()> {
+        if !self.legacy_folds {
+            return Err(Error::Corrupt {
+                detail: "write-ahead log: a fold of an older schema in a log of the current one"
+                    .into(),
+            });
+        }
+        let entry = self.journal_entry(seq)?;
+        let (key, index, chunk) = schema::decode_journal(&entry)?;
+        self.chunks
+            .insert((key, index), chunk)
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    fn journal_entry(&self, seq: u64) -> Result<Vec<u8>> {
         let entry = self
             .journal
             .get(seq)
@@ -195,11 +241,7 @@ impl<'txn> ReplayTables<'txn> {
             .ok_or_else(|| Error::Corrupt {
                 detail: format!("write-ahead log: folded journal entry {seq} is missing"),
             })?;
-        let (key, index, chunk) = schema::decode_journal(entry.value())?;
-        self.chunks
-            .insert((key, index), chunk)
-            .map_err(Error::storage)?;
-        Ok(())
+        Ok(entry.value().to_vec())
     }
 }
 
