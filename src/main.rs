@@ -208,6 +208,10 @@ enum LogFormat {
 }
 
 fn main() -> ExitCode {
+    // Transparent huge pages keep whole 2 MiB pages resident for the allocator's partly used
+    // spans: about 35 MiB more under 1,000 producers (BENCHMARKS.md), for no measured speed.
+    // Best effort: a kernel without the setting just keeps its default.
+    let _ = rustix::thread::disable_transparent_huge_pages(true);
     let cli = match Cli::try_parse() {
         Ok(cli) => cli,
         // --help and --version print as usual; a bad command line gets one line.

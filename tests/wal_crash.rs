@@ -201,4 +201,18 @@ async fn a_kill_during_the_replay_of_the_log_loses_nothing() {
     assert!(replayed, "the second start replayed the log again");
     assert!(server.terminate().await.success());
     check_after_restart(dir.path(), &results).await;
+    // A clean stop checkpoints: the log file keeps its length, but nothing in it is waiting.
+    assert_eq!(log_bytes_waiting(dir.path()), 0);
+}
+
+/// What `tapedeck db stats` says is waiting in the log of the data dir `dir`.
+fn log_bytes_waiting(dir: &std::path::Path) -> u64 {
+    let output = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["db", "stats", "--json", "--data-dir"])
+        .arg(dir)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{output:?}");
+    let stats: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    stats["log_bytes"].as_u64().unwrap()
 }

@@ -24,9 +24,9 @@ use crate::store::{
 };
 
 /// Recent chunks kept in memory per live recording; older ones are read from the store.
-const TAIL_MAX_CHUNKS: usize = 512;
+const TAIL_MAX_CHUNKS: usize = 64;
 /// Bytes of recent chunks kept in memory per live recording (the newest chunk is always kept).
-const TAIL_MAX_BYTES: usize = 64 * 1024;
+const TAIL_MAX_BYTES: usize = 16 * 1024;
 
 /// The most recent committed chunks of a live recording, and their total text length.
 #[derive(Debug, Default)]

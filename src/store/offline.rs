@@ -35,8 +35,8 @@ pub struct Stats {
     pub live_bytes: u64,
     /// Size of the file.
     pub file_bytes: u64,
-    /// Size of the write-ahead log: commits of a server that crashed, not in the file yet (a
-    /// start of the server, or `check`, applies them).
+    /// Bytes of the write-ahead log holding commits not in the file yet: a server that
+    /// crashed left them (a start of the server, or `check`, applies them).
     pub log_bytes: u64,
 }
 
@@ -63,12 +63,23 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
         .map_err(Error::storage)?
         .map(|v| v.value());
     let segmented = version.is_some_and(|v| v >= 4);
+    let checkpoint = txn
+        .open_table(META)
+        .map_err(Error::storage)?
+        .get(wal::CHECKPOINT_LSN_KEY)
+        .map_err(Error::storage)?
+        .map_or(0, |v| v.value());
+    let wal_path = wal::path_of(path);
+    let log_bytes = wal::pending_bytes(&wal_path, checkpoint).map_err(|source| Error::DataDir {
+        path: wal_path.clone(),
+        source,
+    })?;
     let mut stats = Stats {
         segments: chunks.len().map_err(Error::storage)?,
         journal_backlog: journal.len().map_err(Error::storage)?,
         tombstones: tombstones.len().map_err(Error::storage)?,
         file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
-        log_bytes: std::fs::metadata(wal::path_of(path)).map_or(0, |m| m.len()),
+        log_bytes,
         ..Stats::default()
     };
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {

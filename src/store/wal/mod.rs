@@ -197,6 +197,29 @@ pub(crate) fn read_frame(
     Ok(Some(lsn))
 }
 
+/// Bytes of the log at `path` that hold commits after checkpoint `after`: what a crashed server
+/// left for the next start to replay (0 after a clean stop, whatever the file's length).
+///
+/// Fails as reading does.
+pub(crate) fn pending_bytes(path: &Path, after: u64) -> std::io::Result<u64> {
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
+        Err(err) => return Err(err),
+    };
+    let mut log = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut payload = Vec::new();
+    let (mut last, mut bytes) = (after, 0);
+    while let Some(lsn) = read_frame(&mut log, &mut payload)? {
+        if lsn != last + 1 {
+            break;
+        }
+        last = lsn;
+        bytes += (HEADER_BYTES + payload.len()) as u64;
+    }
+    Ok(bytes)
+}
+
 /// Fills `buf`; `false` if the log ends first.
 fn read_full(log: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
     let mut filled = 0;
