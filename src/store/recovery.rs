@@ -54,8 +54,15 @@ pub(crate) fn open(path: &Path) -> Result<Opened> {
     // redb may panic on a file it cannot make sense of, when opening it or when first reading
     // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
     let opened = quietly_catch_panic(|| {
-        let db = create(path)?;
+        let mut db = create(path)?;
         let replayed = wal::replay(&db, &wal::path_of(path))?;
+        if replayed.commits > 0 {
+            // The replay filled redb's cache with pages the server may never read again:
+            // closed (cleanly, at the checkpoint the replay ended with) and opened again, it
+            // starts with an empty one, as after a clean stop.
+            drop(db);
+            db = create(path)?;
+        }
         check_schema(&db, path)?;
         fold_journal(&db)?;
         let live = live_recordings(&db)?;
