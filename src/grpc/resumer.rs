@@ -1,9 +1,8 @@
 //! `memory.v1.ResponseResumerService`, the legacy API: per-token acknowledgements carrying the
 //! committed byte length, and replay from a byte position. Same recordings as the current API.
-use std::pin::Pin;
+use std::collections::VecDeque;
 use std::time::Duration;
 
-use futures::stream::{FuturesOrdered, StreamExt};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
@@ -23,6 +22,7 @@ use crate::pb::{
     ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
 use crate::recorder::{Producer, Recorder, Status as RecordingStatus, Stopped};
+use crate::store::Committed;
 
 /// How long `CancelResponse` waits for the producer's stream to end.
 const CANCEL_WAIT: Duration = Duration::from_secs(30);
@@ -195,8 +195,32 @@ async fn start_producer(
     Ok((recorder.start(id, options).await?, first))
 }
 
-/// An acknowledgement in flight: resolves to the response owed for one request.
-type PendingAck = Pin<Box<dyn Future<Output = StreamResponseTokenResponse> + Send>>;
+/// The response owed for one request: ready, or once its token is committed.
+enum Owed {
+    Ready(StreamResponseTokenResponse),
+    /// The token's commit, and the length the recording reaches with it (for a refusal).
+    Committing {
+        committed: Committed,
+        reached: u64,
+    },
+}
+
+/// The oldest response owed, once it is ready; `None` when nothing is owed. Cancel-safe: a
+/// response leaves `owed` only when it is returned.
+async fn next_owed(owed: &mut VecDeque<Owed>) -> Option<StreamResponseTokenResponse> {
+    if let Owed::Committing { committed, reached } = owed.front_mut()? {
+        let response = match committed.await {
+            Ok(Ok(offset)) => success(offset),
+            Ok(Err(err)) => refusal(&err.client_message(), *reached),
+            Err(_) => refusal("the server is shutting down", *reached),
+        };
+        owed[0] = Owed::Ready(response);
+    }
+    let Some(Owed::Ready(response)) = owed.pop_front() else {
+        unreachable!("the oldest response owed was made ready above");
+    };
+    Some(response)
+}
 
 /// The producer session of the legacy API. Every request is answered, in order: a token once
 /// it is committed, with the committed length (a resent token that was already committed, at
@@ -209,7 +233,7 @@ async fn stream_tokens(
     mut requests: Streaming<StreamResponseTokenRequest>,
     responses: mpsc::Sender<Result<StreamResponseTokenResponse, Status>>,
 ) {
-    let mut pending: FuturesOrdered<PendingAck> = FuturesOrdered::new();
+    let mut pending = VecDeque::new();
     let mut next = Some(first);
     let mut input_open = true;
     loop {
@@ -226,7 +250,7 @@ async fn stream_tokens(
         }
         tokio::select! {
             biased;
-            Some(response) = pending.next() => {
+            Some(response) = next_owed(&mut pending) => {
                 if responses.send(Ok(response)).await.is_err() {
                     producer.detach("the producer went away".into());
                     return;
@@ -234,7 +258,7 @@ async fn stream_tokens(
             }
             stopped = producer.stopped() => {
                 // Acks already owed come first; refused ones report the end themselves.
-                while let Some(response) = pending.next().await {
+                while let Some(response) = next_owed(&mut pending).await {
                     let _ = responses.send(Ok(response)).await;
                 }
                 let _ = responses.send(Ok(stopped_response(stopped, &producer))).await;
@@ -248,7 +272,7 @@ async fn stream_tokens(
                     producer.detach(format!("producer stream failed: {}", status.message()));
                     // If the producer is still there to hear it: the acks it is owed, then why
                     // its stream ended.
-                    while let Some(response) = pending.next().await {
+                    while let Some(response) = next_owed(&mut pending).await {
                         let _ = responses.send(Ok(response)).await;
                     }
                     let _ = responses.send(Err(status)).await;
@@ -258,7 +282,7 @@ async fn stream_tokens(
         }
     }
     // Completed (or half-closed): answer what is owed, then finish the recording.
-    while let Some(response) = pending.next().await {
+    while let Some(response) = next_owed(&mut pending).await {
         let _ = responses.send(Ok(response)).await;
     }
     match producer.complete().await {
@@ -276,24 +300,18 @@ async fn stream_tokens(
     }
 }
 
-/// Appends one request's token; returns the response it is owed, to be awaited in order.
+/// Appends one request's token; returns the response it is owed, to be delivered in order.
 /// Responses that commit nothing report the length reached once every earlier token of this
 /// producer is committed, which is when they are delivered.
-async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) -> PendingAck {
+async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) -> Owed {
     let result = producer
         .accept(&message.conversation_id, &message.token)
         .await;
     let reached = producer.appended_bytes();
     match result {
-        Ok(Some(committed)) => Box::pin(async move {
-            match committed.await {
-                Ok(Ok(offset)) => success(offset),
-                Ok(Err(err)) => refusal(&err.client_message(), reached),
-                Err(_) => refusal("the server is shutting down", reached),
-            }
-        }),
-        Ok(None) => Box::pin(std::future::ready(success(reached))),
-        Err(err) => Box::pin(std::future::ready(refusal(&err.client_message(), reached))),
+        Ok(Some(committed)) => Owed::Committing { committed, reached },
+        Ok(None) => Owed::Ready(success(reached)),
+        Err(err) => Owed::Ready(refusal(&err.client_message(), reached)),
     }
 }
 

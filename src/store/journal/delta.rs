@@ -111,7 +111,7 @@ impl JournalDelta {
             seqs.extend(&appended.seqs);
         }
         let done = self.folded.get(&key).copied().unwrap_or(0);
-        let pending = &seqs[done..];
+        let pending = seqs.get(done..).unwrap_or_default();
         let mut entries = Vec::with_capacity(pending.len());
         for &seq in pending {
             let entry = journal
