@@ -41,6 +41,8 @@ pub struct Config {
     /// Size of the write-ahead log that makes the next commit a checkpoint; bounds what a
     /// restart after a crash replays. Default 32 MiB.
     pub checkpoint_bytes: u64,
+    /// Memory redb keeps pages of the file in. Default 64 MiB.
+    pub cache_bytes: u64,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,
     /// API keys and grant keys; nothing configured (the default) turns access control off.
@@ -87,6 +89,7 @@ impl Default for Config {
             max_recording_bytes: 64 * 1024 * 1024,
             max_live_recordings: 10_000,
             checkpoint_bytes: crate::store::DEFAULT_CHECKPOINT_BYTES,
+            cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
             shutdown_timeout: Duration::from_secs(10),
             access: AccessConfig::default(),
             tls: None,

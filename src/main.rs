@@ -138,6 +138,11 @@ struct ServeArgs {
     #[arg(long, env = "TAPEDECK_CHECKPOINT_SIZE", value_parser = parse_positive_size,
           default_value_t = Bytes(Config::default().checkpoint_bytes))]
     checkpoint_size: Bytes,
+    /// Memory redb keeps pages of the file in (its own cache; reads beyond it come from the
+    /// OS page cache): more speeds up catch-up reads of recent recordings.
+    #[arg(long, env = "TAPEDECK_CACHE_SIZE", value_parser = parse_positive_size,
+          default_value_t = Bytes(Config::default().cache_bytes))]
+    cache_size: Bytes,
     /// How long shutdown waits for streams to end and the store to close.
     #[arg(long, env = "TAPEDECK_SHUTDOWN_TIMEOUT", value_parser = parse_duration,
           default_value_t = humantime::Duration::from(Config::default().shutdown_timeout))]
@@ -281,6 +286,7 @@ fn main() -> ExitCode {
         max_recording_bytes: args.max_recording_bytes.0,
         max_live_recordings: args.max_live_recordings as usize,
         checkpoint_bytes: args.checkpoint_size.0,
+        cache_bytes: args.cache_size.0,
         shutdown_timeout: args.shutdown_timeout.into(),
         access,
         tls,
@@ -506,6 +512,7 @@ fn log_config(config: &Config) {
         max_recording_bytes = %Bytes(config.max_recording_bytes),
         max_live_recordings = config.max_live_recordings,
         checkpoint_size = %Bytes(config.checkpoint_bytes),
+        cache_size = %Bytes(config.cache_bytes),
         shutdown_timeout = %humantime::format_duration(config.shutdown_timeout),
         api_keys = ?config.access.api_keys.iter().map(|k| &k.name).collect::<Vec<_>>(),
         jwt_secret = config.access.jwt_secret.is_some(),

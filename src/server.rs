@@ -39,6 +39,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
         retention: config.retention,
         tombstone_retention: config.tombstone_retention,
         checkpoint_bytes: config.checkpoint_bytes,
+        cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
         ..StoreOptions::default()
     };
     Store::open(&config.database_path(), options)

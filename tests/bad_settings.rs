@@ -46,7 +46,12 @@ fn a_zero_idle_timeout_is_refused() {
 
 #[test]
 fn zero_sizes_are_refused() {
-    for flag in ["--max-chunk-bytes", "--max-recording-bytes"] {
+    for flag in [
+        "--max-chunk-bytes",
+        "--max-recording-bytes",
+        "--checkpoint-size",
+        "--cache-size",
+    ] {
         assert_bad_setting(&[flag, "0"], flag, "more than zero");
         assert_bad_setting(&[flag, "0KiB"], flag, "more than zero");
     }

@@ -298,8 +298,10 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
             retention: Duration::from_millis(RETENTION_MS),
             tombstone_retention: Duration::from_millis(TOMBSTONE_MS),
             clock: Arc::new(clock.clone()),
-            // Small, so that the model's runs go through many checkpoints.
+            // Small, so that the model's runs go through many checkpoints, and through pages
+            // redb no longer holds in memory.
             checkpoint_bytes: 16 * 1024,
+            cache_bytes: 256 * 1024,
         },
     )
 }

@@ -191,8 +191,9 @@ async fn a_kill_during_the_replay_of_the_log_loses_nothing() {
     assert_eq!(next_event(&mut events).await, Event::Killed);
     child.wait().unwrap();
 
-    // The replay was cut short, so the next start replays the whole log again.
-    let (server, lines) = BinaryServer::spawn_logged(dir.path(), &[]);
+    // The replay was cut short, so the next start replays the whole log again (through a
+    // cache of redb pages much smaller than the log).
+    let (server, lines) = BinaryServer::spawn_logged(dir.path(), &["--cache-size", "1MiB"]);
     let replayed = lines
         .lock()
         .unwrap()

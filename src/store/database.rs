@@ -30,6 +30,8 @@ pub(crate) struct DbHandle {
     wal: Mutex<Wal>,
     /// Log size that makes the next commit a checkpoint.
     checkpoint_bytes: u64,
+    /// redb's cache, for a reopen.
+    cache_bytes: usize,
 }
 
 /// Whether the disk ran full, and when the store last looked for room.
@@ -42,12 +44,12 @@ impl DbHandle {
     /// Wraps the database opened at `path`, whose last checkpoint holds every commit up to
     /// `last_lsn` (its log replayed), with an empty log; and sets the disk reserve aside. A disk
     /// too full for the reserve starts the store full. Commits become checkpoints once the log
-    /// holds `checkpoint_bytes`.
+    /// holds `options.checkpoint_bytes`.
     pub(crate) fn new(
         path: &Path,
         db: Database,
         last_lsn: u64,
-        checkpoint_bytes: u64,
+        options: &super::StoreOptions,
     ) -> Result<DbHandle> {
         let reserve = path.with_extension("reserve");
         let wal_path = wal::path_of(path);
@@ -64,7 +66,8 @@ impl DbHandle {
                 last_try: None,
             }),
             wal: Mutex::new(wal),
-            checkpoint_bytes,
+            checkpoint_bytes: options.checkpoint_bytes,
+            cache_bytes: options.cache_bytes,
         };
         match handle.restore_reserve(false) {
             Ok(()) => {}
@@ -300,7 +303,7 @@ impl DbHandle {
         // Readers are shut out by the lock; the file is free once this handle is dropped.
         drop(db.take());
         // redb lost the commits made since its checkpoint; the log gives them back.
-        let (reopened, last_lsn) = super::recovery::reopen(&self.path)?;
+        let (reopened, last_lsn) = super::recovery::reopen(&self.path, self.cache_bytes)?;
         *db = Some(reopened);
         if let Err(err) = self.lock_wal().reset(last_lsn) {
             tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");

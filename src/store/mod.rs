@@ -72,6 +72,10 @@ pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 
 /// Default size of the write-ahead log that triggers a checkpoint.
 pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
+/// Default memory redb keeps pages of the file in: enough for the pages recent recordings'
+/// readers and the commit pipeline touch, without letting the process grow by all it reads
+/// (redb's own default is 1 GiB).
+pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;
 
 /// How a [`Store`] behaves.
 #[derive(Clone)]
@@ -86,6 +90,9 @@ pub struct StoreOptions {
     /// Size the write-ahead log grows to before a checkpoint empties it; bounds what a restart
     /// after a crash replays. Default 32 MiB.
     pub checkpoint_bytes: u64,
+    /// Memory redb keeps pages of the file in (reads beyond it come from the OS page cache).
+    /// Default 64 MiB.
+    pub cache_bytes: usize,
 }
 
 impl Default for StoreOptions {
@@ -95,6 +102,7 @@ impl Default for StoreOptions {
             tombstone_retention: Duration::from_secs(24 * 60 * 60),
             clock: Arc::new(SystemClock),
             checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            cache_bytes: DEFAULT_CACHE_BYTES as usize,
         }
     }
 }
@@ -132,9 +140,9 @@ impl Store {
     /// recovery cannot be committed.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
-        let opened = recovery::open(path)?;
+        let opened = recovery::open(path, options.cache_bytes)?;
         let recovered = opened.live;
-        let db = DbHandle::new(path, opened.db, opened.last_lsn, options.checkpoint_bytes)?;
+        let db = DbHandle::new(path, opened.db, opened.last_lsn, &options)?;
         let db = Arc::new(db);
         let journal = Arc::new(JournalIndex::default());
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);

@@ -50,18 +50,18 @@ pub(crate) struct Opened {
 ///
 /// Fails when the file is not a redb database, has a newer schema version, or cannot be read,
 /// or its log cannot be replayed.
-pub(crate) fn open(path: &Path) -> Result<Opened> {
+pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Opened> {
     // redb may panic on a file it cannot make sense of, when opening it or when first reading
     // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
     let opened = quietly_catch_panic(|| {
-        let mut db = create(path)?;
+        let mut db = create(path, cache_bytes)?;
         let replayed = wal::replay(&db, &wal::path_of(path))?;
         if replayed.commits > 0 {
             // The replay filled redb's cache with pages the server may never read again:
             // closed (cleanly, at the checkpoint the replay ended with) and opened again, it
             // starts with an empty one, as after a clean stop.
             drop(db);
-            db = create(path)?;
+            db = create(path, cache_bytes)?;
         }
         check_schema(&db, path)?;
         fold_journal(&db)?;
@@ -91,9 +91,9 @@ pub(crate) fn open(path: &Path) -> Result<Opened> {
 /// now holds.
 ///
 /// Fails as opening it at start-up does.
-pub(crate) fn reopen(path: &Path) -> Result<(Database, u64)> {
+pub(crate) fn reopen(path: &Path, cache_bytes: usize) -> Result<(Database, u64)> {
     quietly_catch_panic(|| {
-        let db = create(path)?;
+        let db = create(path, cache_bytes)?;
         let replayed = wal::replay(&db, &wal::path_of(path))?;
         Ok((db, replayed.last_lsn))
     })
@@ -164,17 +164,14 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-/// Bytes of pages redb keeps in memory.
-const CACHE_BYTES: usize = 64 * 1024 * 1024;
-
-fn create(path: &Path) -> Result<Database> {
+fn create(path: &Path, cache_bytes: usize) -> Result<Database> {
     let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = repaired.clone();
     let mut builder = Database::builder();
     // redb's page cache and its buffer of pages committed without a sync share this budget;
     // reads beyond it come from the OS page cache. redb's default (1 GiB) would let the
     // process grow by as much as it reads or writes.
-    builder.set_cache_size(CACHE_BYTES);
+    builder.set_cache_size(cache_bytes);
     builder.set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::Relaxed));
     let db = builder
         .create(path)
