@@ -56,19 +56,8 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
     let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
     let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
     let total = rows.len().map_err(Error::storage)?;
-    let version = txn
-        .open_table(META)
-        .map_err(Error::storage)?
-        .get(schema::SCHEMA_VERSION_KEY)
-        .map_err(Error::storage)?
-        .map(|v| v.value());
-    let segmented = version.is_some_and(|v| v >= 4);
-    let checkpoint = txn
-        .open_table(META)
-        .map_err(Error::storage)?
-        .get(wal::CHECKPOINT_LSN_KEY)
-        .map_err(Error::storage)?
-        .map_or(0, |v| v.value());
+    let segmented = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?.is_some_and(|v| v >= 4);
+    let checkpoint = meta_number(&txn, wal::CHECKPOINT_LSN_KEY)?.unwrap_or(0);
     let wal_path = wal::path_of(path);
     let log_bytes = wal::pending_bytes(&wal_path, checkpoint).map_err(|source| Error::DataDir {
         path: wal_path.clone(),
@@ -123,12 +112,7 @@ pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems
         problems.push("redb's integrity check found damage, and repaired the file".into());
     }
     let txn = db.begin_read().map_err(Error::storage)?;
-    let version = txn
-        .open_table(META)
-        .map_err(Error::storage)?
-        .get(schema::SCHEMA_VERSION_KEY)
-        .map_err(Error::storage)?
-        .map(|v| v.value());
+    let version = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?;
     if version != Some(schema::SCHEMA_VERSION) {
         problems.push(format!(
             "schema version {version:?}, expected {} (start the server once to upgrade)",
@@ -248,6 +232,12 @@ pub fn compact(path: &Path) -> Result<(u64, u64)> {
     while db.compact().map_err(Error::storage)? {}
     drop(db);
     Ok((before, size()?))
+}
+
+/// The number `name` in the `meta` table, if the file has it.
+fn meta_number(txn: &redb::ReadTransaction, name: &str) -> Result<Option<u64>> {
+    let meta = txn.open_table(META).map_err(Error::storage)?;
+    Ok(meta.get(name).map_err(Error::storage)?.map(|v| v.value()))
 }
 
 /// Opens `path` for writing, with the commits its write-ahead log holds (a server that crashed

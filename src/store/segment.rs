@@ -5,6 +5,8 @@
 //! small chunk left every leaf about half empty, and the file twice the data.
 //!
 //! Layout: `[count: u32][count × value length: u32][values, concatenated]`, little-endian.
+use std::ops::Range;
+
 use crate::error::{Error, Result};
 
 /// The largest segment the packer builds (unless one chunk alone is larger): a 16 KiB page
@@ -104,9 +106,26 @@ pub(crate) fn encode<'v>(
     }
 }
 
+/// Packs `values` into segments (runs as [`pack`] splits them) and hands each to `write`,
+/// with the range of `values` it holds.
+pub(crate) fn write_packed(
+    values: &[&[u8]],
+    mut write: impl FnMut(Range<usize>, &[u8]) -> Result<()>,
+) -> Result<()> {
+    let mut segment = Vec::new();
+    let mut at = 0;
+    for count in pack(values.iter().map(|v| v.len())) {
+        let run = at..at + count;
+        encode(&mut segment, values[run.clone()].iter().copied());
+        write(run, &segment)?;
+        at += count;
+    }
+    Ok(())
+}
+
 /// Splits values of lengths `lengths` into runs for segments of at most [`SEGMENT_BYTES`]
 /// each (a value larger than that alone); returns the number of values in each run.
-pub(crate) fn pack(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
+fn pack(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
     let mut runs = Vec::new();
     let (mut count, mut bytes) = (0, COUNT_BYTES);
     for length in lengths {

@@ -94,7 +94,6 @@ fn pack_chunks(txn: &WriteTransaction) -> Result<u64> {
     let mut chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
     let mut rewritten = 0;
     let mut next = Some(0u128);
-    let mut value = Vec::new();
     while let Some(from) = next {
         let Some(key) = first_key_from(&chunks, from)? else {
             break;
@@ -112,15 +111,14 @@ fn pack_chunks(txn: &WriteTransaction) -> Result<u64> {
             .map_err(Error::storage)?;
         // Runs of consecutive chunks: the sweeper may have deleted a recording's oldest ones.
         for run in rows.chunk_by(|a, b| a.0 + 1 == b.0) {
-            let mut at = 0;
-            for count in segment::pack(run[..].iter().map(|(_, chunk)| chunk.len())) {
-                let part = &run[at..at + count];
-                segment::encode(&mut value, part.iter().map(|(_, chunk)| chunk.as_slice()));
+            let values: Vec<&[u8]> = run.iter().map(|(_, chunk)| chunk.as_slice()).collect();
+            segment::write_packed(&values, |part, segment| {
+                let row = (key, run[part.start].0);
                 chunks
-                    .insert((key, part[0].0), value.as_slice())
-                    .map_err(Error::storage)?;
-                at += count;
-            }
+                    .insert(row, segment)
+                    .map(drop)
+                    .map_err(Error::storage)
+            })?;
         }
         rewritten += rows.len() as u64;
         next = key.checked_add(1);

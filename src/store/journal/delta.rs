@@ -121,14 +121,10 @@ impl JournalDelta {
             entries.push((seq, entry.value().to_vec()));
         }
         let (_, first, values) = decode_run(Some(key), &entries)?;
-        let mut at = 0;
-        let mut value = Vec::new();
-        for run in segment::pack(values.iter().map(|v| v.len())) {
-            segment::encode(&mut value, values[at..at + run].iter().copied());
-            let key = (key, first + at as u64);
-            chunks.insert_folded(&pending[at..at + run], key, &value)?;
-            at += run;
-        }
+        segment::write_packed(&values, |run, segment| {
+            let row = (key, first + run.start as u64);
+            chunks.insert_folded(&pending[run], row, segment)
+        })?;
         self.folded.insert(key, seqs.len());
         Ok(pending.len())
     }
@@ -248,7 +244,6 @@ pub(crate) fn fold_all(txn: &redb::WriteTransaction) -> Result<u64> {
         }
     }
     let mut total = 0;
-    let mut value = Vec::new();
     for (key, (folded_to, entries)) in runs {
         if entries.is_empty() {
             continue;
@@ -261,14 +256,13 @@ pub(crate) fn fold_all(txn: &redb::WriteTransaction) -> Result<u64> {
                 ),
             });
         }
-        let mut at = 0;
-        for run in segment::pack(values.iter().map(|v| v.len())) {
-            segment::encode(&mut value, values[at..at + run].iter().copied());
+        segment::write_packed(&values, |run, segment| {
+            let row = (key, first + run.start as u64);
             chunks
-                .insert((key, first + at as u64), value.as_slice())
-                .map_err(Error::storage)?;
-            at += run;
-        }
+                .insert(row, segment)
+                .map(drop)
+                .map_err(Error::storage)
+        })?;
         total += values.len() as u64;
     }
     journal.retain(|_, _| false).map_err(Error::storage)?;
