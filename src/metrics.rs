@@ -42,7 +42,7 @@ pub const CHECKPOINTS: &str = "tapedeck_checkpoints_total";
 pub const CHECKPOINT_SECONDS: &str = "tapedeck_checkpoint_seconds";
 /// Bytes in the write-ahead log: what a restart after a crash would replay.
 pub const WAL_BYTES: &str = "tapedeck_wal_bytes";
-/// Journal entries not yet folded and pruned.
+/// Chunks in the journal (in memory and the log) not yet folded into `chunks`.
 pub const JOURNAL_BACKLOG: &str = "tapedeck_journal_backlog_entries";
 /// Sweeper runs.
 pub const SWEEPS: &str = "tapedeck_sweeper_runs_total";
@@ -114,7 +114,7 @@ pub fn describe() {
     );
     describe_gauge!(
         JOURNAL_BACKLOG,
-        "Journal entries not yet folded into the chunks table."
+        "Chunks in the journal (held in memory, durable in the write-ahead log) not yet folded into the chunks table."
     );
     describe_counter!(SWEEPS, "Sweeper runs.");
     describe_counter!(SWEPT_RECORDINGS, "Recordings deleted by the sweeper.");

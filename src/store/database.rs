@@ -32,6 +32,8 @@ pub(crate) struct DbHandle {
     checkpoint_bytes: u64,
     /// redb's cache, for a reopen.
     cache_bytes: usize,
+    /// Set when the file is reopened (see [`take_reopened`](Self::take_reopened)).
+    reopened: std::sync::atomic::AtomicBool,
 }
 
 /// Whether the disk ran full, and when the store last looked for room.
@@ -68,6 +70,7 @@ impl DbHandle {
             wal: Mutex::new(wal),
             checkpoint_bytes: options.checkpoint_bytes,
             cache_bytes: options.cache_bytes,
+            reopened: std::sync::atomic::AtomicBool::new(false),
         };
         match handle.restore_reserve(false) {
             Ok(()) => {}
@@ -132,16 +135,34 @@ impl DbHandle {
         }
     }
 
+    /// Whether the file was reopened since the last call (replaying the log into it).
+    pub(crate) fn take_reopened(&self) -> bool {
+        self.reopened
+            .swap(false, std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Whether the log holds commits that redb has not made durable.
+    pub(crate) fn has_log(&self) -> bool {
+        let wal = self.lock_wal();
+        wal.len() > 0 || wal.needs_checkpoint()
+    }
+
     /// Commits `txn`, whose changes `redo` holds: they are appended to the log and synced, then
-    /// committed to redb without a sync. Once the log holds the checkpoint size, the commit is a
-    /// checkpoint instead: redb commits durably, and the log is emptied.
+    /// committed to redb without a sync. As a `checkpoint` (see
+    /// [`checkpoint_due`](Self::checkpoint_due)), redb commits durably instead, and the log is
+    /// emptied: `txn` must leave nothing only the log holds (no unfolded chunk).
     ///
     /// Fails as the log's write or redb's commit does; the log then holds nothing of `txn`.
-    pub(crate) fn commit(&self, mut txn: WriteTransaction, redo: &Redo) -> Result<()> {
+    pub(crate) fn commit(
+        &self,
+        mut txn: WriteTransaction,
+        redo: &Redo,
+        checkpoint: bool,
+    ) -> Result<()> {
         let mut wal = self.lock_wal();
         let changes = redo.take();
-        if self.checkpoint_due(&wal, changes.len() as u64) {
-            return checkpoint(txn, &mut wal);
+        if checkpoint {
+            return self::checkpoint(txn, &mut wal);
         }
         let before = wal.append(&changes).map_err(log_error)?;
         metrics::gauge!(metric::WAL_BYTES).set(wal.len() as f64);
@@ -155,13 +176,14 @@ impl DbHandle {
         committed
     }
 
-    /// Whether a commit of `changes` bytes is a checkpoint: the log has reached the checkpoint
-    /// size, or would reach an eighth of the disk's free space. The second keeps what redb
-    /// must write at the next checkpoint, or replay after reopening (after a disk-full error
-    /// above all), within the room there is: with the disk nearly full every commit is a
-    /// checkpoint, as if there were no log, and a reopen has nothing to replay. So it is
-    /// while the disk is full.
-    fn checkpoint_due(&self, wal: &Wal, changes: u64) -> bool {
+    /// Whether a commit of about `changes` bytes is to be a checkpoint: the log has reached the
+    /// checkpoint size, or would reach an eighth of the disk's free space. The second keeps
+    /// what redb must write at the next checkpoint, or replay after reopening (after a
+    /// disk-full error above all), within the room there is: with the disk nearly full every
+    /// commit is a checkpoint, as if there were no log, and a reopen has nothing to replay. So
+    /// it is while the disk is full.
+    pub(crate) fn checkpoint_due(&self, changes: u64) -> bool {
+        let wal = self.lock_wal();
         if wal.needs_checkpoint()
             || wal.len() >= self.checkpoint_bytes
             || self.lock_full().since.is_some()
@@ -176,10 +198,10 @@ impl DbHandle {
     }
 
     /// Makes everything committed so far durable in redb and empties the log, if it holds
-    /// anything: at shutdown, so that the next start has nothing to replay.
+    /// anything. Only while no chunk is unfolded: the writer's own checkpoint folds them first.
     ///
     /// Fails as redb's commit does.
-    pub(crate) fn checkpoint(&self) -> Result<()> {
+    fn checkpoint(&self) -> Result<()> {
         let mut wal = self.lock_wal();
         if wal.len() == 0 && !wal.needs_checkpoint() {
             return Ok(());
@@ -243,7 +265,8 @@ impl DbHandle {
         if self.lock_full().since.is_none() {
             return;
         }
-        // Compaction commits durably by itself: the log must hold nothing it does not.
+        // Compaction commits durably by itself: the log must hold nothing it does not. (No
+        // chunk is unfolded: while the disk is full every commit is a checkpoint.)
         if let Err(err) = self.checkpoint() {
             tracing::warn!(error = %err, "could not checkpoint before compacting the database");
             return;
@@ -302,9 +325,12 @@ impl DbHandle {
         }
         // Readers are shut out by the lock; the file is free once this handle is dropped.
         drop(db.take());
-        // redb lost the commits made since its checkpoint; the log gives them back.
+        // redb lost the commits made since its checkpoint; the log gives them back, and its
+        // unfolded chunks are folded into the file.
         let (reopened, last_lsn) = super::recovery::reopen(&self.path, self.cache_bytes)?;
         *db = Some(reopened);
+        self.reopened
+            .store(true, std::sync::atomic::Ordering::Relaxed);
         if let Err(err) = self.lock_wal().reset(last_lsn) {
             tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");
         }

@@ -63,7 +63,7 @@ pub(super) fn lookup(txn: &ReadTransaction, key: u128, journal: JournalView) -> 
         let mut meta = schema::decode_meta(bytes.value())?;
         if meta.status.is_live() {
             (meta.chunk_count, meta.byte_len) =
-                StoredChunks::open(txn, key, meta.timed_chunks, journal)?.progress()?;
+                StoredChunks::open(txn, key, &meta, journal)?.progress()?;
         }
         return Ok(Lookup::Stored(meta));
     }

@@ -8,8 +8,8 @@
 //!
 //! # Layout
 //! - `schema`: the tables and how their values are encoded; `stored`: one recording's chunks
-//!   as a read transaction sees them; `journal`: the append-ordered journal in front of
-//!   `chunks`, and its in-memory index.
+//!   as a read transaction sees them; `journal`: live recordings' newest chunks, held in
+//!   memory (durable in the log) until they are folded into `chunks`.
 //! - `live`: the seam to the recorder (chunks, the hooks the pipeline calls).
 //! - `pipeline`: the op types and the batching loop of the commit pipeline; `tables`: the
 //!   transaction layer it applies ops with; `publish`: what happens after a commit, or after

@@ -152,14 +152,10 @@ pub(crate) struct Writer {
     pub(super) db: Arc<DbHandle>,
     pub(super) journal: Arc<JournalIndex>,
     pub(super) settings: WriterSettings,
-    /// Sequence number of the next journal entry.
-    pub(super) next_seq: u64,
-    /// Journal entries before this one are deleted.
-    journal_pruned_to: u64,
 }
 
 impl Writer {
-    /// A writer over `db`, whose journal was folded away on open.
+    /// A writer over `db`, whose journal was folded into `chunks` on open.
     pub(crate) fn new(
         db: Arc<DbHandle>,
         journal: Arc<JournalIndex>,
@@ -169,8 +165,6 @@ impl Writer {
             db,
             journal,
             settings,
-            next_seq: 0,
-            journal_pruned_to: 0,
         }
     }
 
@@ -192,7 +186,7 @@ impl Writer {
             self.commit(&mut batch);
             for op in checkpoints {
                 if let Op::Checkpoint { done } = op {
-                    let _ = done.send(self.db.checkpoint());
+                    let _ = done.send(self.checkpoint());
                 }
             }
             if closing {
@@ -209,7 +203,7 @@ impl Writer {
             }
         }
         // So that the next start has no log to replay.
-        if let Err(err) = self.db.checkpoint() {
+        if let Err(err) = self.checkpoint() {
             tracing::error!(error = %err, "could not checkpoint at shutdown; the next start replays the write-ahead log");
         }
         tracing::debug!("commit pipeline stopped");
@@ -231,9 +225,8 @@ impl Writer {
         let (ops_in_batch, tokens, bytes) = appended(batch);
         let mut effects = Vec::with_capacity(batch.len());
         let mut ops = batch.drain(..);
-        let mut delta = JournalDelta::new(self.next_seq);
+        let mut delta = JournalDelta::default();
         let outcome = self.apply_all(&mut ops, &mut effects, &mut delta, sweeping);
-        self.next_seq = delta.next_seq();
         if outcome.is_ok()
             && effects
                 .iter()
@@ -243,12 +236,12 @@ impl Writer {
         }
         match outcome {
             Ok(()) => {
-                self.journal_pruned_to = delta.commit_to(&self.journal, self.journal_pruned_to);
+                delta.commit_to(&self.journal);
                 metrics::counter!(metric::COMMITS).increment(1);
                 metrics::histogram!(metric::COMMIT_BATCH_OPS).record(ops_in_batch as f64);
                 metrics::counter!(metric::APPENDED_TOKENS).increment(tokens);
                 metrics::counter!(metric::APPENDED_BYTES).increment(bytes);
-                let backlog = self.next_seq.saturating_sub(self.journal_pruned_to);
+                let backlog = self.journal.chunks();
                 metrics::gauge!(metric::JOURNAL_BACKLOG).set(backlog as f64);
                 self.publish(effects);
             }
@@ -277,27 +270,56 @@ impl Writer {
         delta: &mut JournalDelta,
         sweeping: bool,
     ) -> Result<()> {
-        let txn = self.db.begin_write()?;
+        let txn = self.begin_write()?;
         let redo = Redo::default();
         let now = self.settings.clock.now_ms();
-        let pruned_to = self.journal_pruned_to;
-        {
+        let checkpoint = {
             let mut t = Tables::open(&txn, &self.journal, delta, &redo, now)?;
             if sweeping {
                 // Sweeps delete folded chunks in bounded commits; unfolded ones would all have
                 // to go at once, with their recording's row.
-                t.fold_everything(pruned_to)?;
+                t.fold_everything()?;
             }
             for op in ops {
                 self.apply(&mut t, op, effects)?;
             }
-            t.fold_due(pruned_to)?;
-            t.flush_metas()?;
-        }
+            t.fold_due()?;
+            t.finish(&self.db)?
+        };
         let started = std::time::Instant::now();
-        let committed = self.db.commit(txn, &redo);
+        let committed = self.db.commit(txn, &redo, checkpoint);
         metrics::histogram!(metric::COMMIT_FSYNC_SECONDS).record(started.elapsed().as_secs_f64());
         committed
+    }
+
+    /// Begins a write transaction. If the file had to be reopened (replaying the log, which
+    /// folds every chunk it holds), no chunk is unfolded any more.
+    pub(super) fn begin_write(&self) -> Result<redb::WriteTransaction> {
+        let txn = self.db.begin_write();
+        if self.db.take_reopened() {
+            self.journal.clear();
+        }
+        txn
+    }
+
+    /// Makes everything committed so far durable in redb and empties the log: every unfolded
+    /// chunk is folded, in a commit that is a checkpoint.
+    fn checkpoint(&self) -> Result<()> {
+        if !self.db.has_log() && self.journal.chunks() == 0 {
+            return Ok(());
+        }
+        let txn = self.begin_write()?;
+        let redo = Redo::default();
+        let mut delta = JournalDelta::default();
+        {
+            let now = self.settings.clock.now_ms();
+            let mut t = Tables::open(&txn, &self.journal, &mut delta, &redo, now)?;
+            t.fold_everything()?;
+            t.flush_metas()?;
+        }
+        self.db.commit(txn, &redo, true)?;
+        delta.commit_to(&self.journal);
+        Ok(())
     }
 
     /// Applies one op to the open transaction, queueing what to do once it is committed.
@@ -394,7 +416,8 @@ impl Writer {
                 live.touch(t.now);
                 chunk.committed_ms = t.now;
                 let layout = ChunkLayout::of(live.timed_chunks());
-                let stored = t.append_chunk(live.key(), layout, &chunk);
+                let recording = (live.key(), live.generation());
+                let stored = t.append_chunk(recording, layout, &chunk);
                 effects.push(Effect::Appended(live, chunk, done));
                 stored
             }
@@ -422,7 +445,7 @@ impl Writer {
                 effects.push(Effect::Finished(live, status, message.clone(), done));
                 let retention = self.settings.retention_ms;
                 t.finish_meta(key, stored, status, message, retention)?;
-                // Its last run, so that it does not hold the journal's dead prefix back.
+                // Its last run: only live recordings keep chunks in memory.
                 t.fold_recording(key)
             }
             Op::Delete { key, done } => match t.mark_deleted(key) {

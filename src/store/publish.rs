@@ -203,11 +203,10 @@ impl Writer {
         if lives.is_empty() {
             return Ok(());
         }
-        let txn = self.db.begin_write()?;
-        // Nothing is appended here, so the journal and its index are left as they are.
-        let mut delta = JournalDelta::new(self.next_seq);
+        let txn = self.begin_write()?;
+        let mut delta = JournalDelta::default();
         let redo = Redo::default();
-        {
+        let checkpoint = {
             let now = self.settings.clock.now_ms();
             let mut t = Tables::open(&txn, &self.journal, &mut delta, &redo, now)?;
             for live in lives {
@@ -222,9 +221,11 @@ impl Writer {
                     t.finish_meta(live.key(), stored, Status::Failed, message, retention)?;
                 }
             }
-            t.flush_metas()?;
-        }
-        self.db.commit(txn, &redo)
+            t.finish(&self.db)?
+        };
+        self.db.commit(txn, &redo, checkpoint)?;
+        delta.commit_to(&self.journal);
+        Ok(())
     }
 }
 

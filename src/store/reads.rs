@@ -81,7 +81,7 @@ impl Store {
             .view(key, from, max_bytes.saturating_add(64));
         self.read(move |txn| {
             let meta = check_generation(txn, key, generation)?;
-            StoredChunks::open(txn, key, meta.timed_chunks, journal)?.read_from(from, max_bytes)
+            StoredChunks::open(txn, key, &meta, journal)?.read_from(from, max_bytes)
         })
         .await
     }
@@ -101,7 +101,7 @@ impl Store {
         let journal = self.inner.journal.view(key, 0, usize::MAX);
         self.read(move |txn| {
             let meta = check_generation(txn, key, generation)?;
-            let chunks = StoredChunks::open(txn, key, meta.timed_chunks, journal)?;
+            let chunks = StoredChunks::open(txn, key, &meta, journal)?;
             // Invariant: chunk `low` starts at or before `offset`; chunk `high` starts after it.
             let (mut low, mut high) = (0, chunk_count);
             while high - low > 1 {

@@ -289,7 +289,7 @@ fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
         let key = key.value();
         // The journal is empty now: every chunk is in `chunks`.
         let (chunks, bytes) =
-            StoredChunks::open(&txn, key, meta.timed_chunks, JournalView::default())?.progress()?;
+            StoredChunks::open(&txn, key, &meta, JournalView::default())?.progress()?;
         let id = ConversationId::parse(&meta.original_id).map_err(|_| Error::Corrupt {
             detail: format!("recording {key:032x} has an id that does not parse"),
         })?;

@@ -1,8 +1,8 @@
 //! The redb tables and how their values are encoded. A recording is one contiguous key range of
-//! `chunks` (segments of consecutive chunks) followed by its newest chunks in `journal` (not
-//! yet folded into `chunks`), one
-//! `recordings` row, one `started` entry, and, once finished, one `expiry` entry. A collected
-//! recording leaves a `tombstones` row, itself collected through `tombstone_expiry`.
+//! `chunks` (segments of consecutive chunks; a live one's newest chunks are in the journal, in
+//! memory and in the write-ahead log, until they fill a segment), one `recordings` row, one
+//! `started` entry, and, once finished, one `expiry` entry. A collected recording leaves a
+//! `tombstones` row, itself collected through `tombstone_expiry`.
 use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
@@ -20,9 +20,8 @@ pub const SCHEMA_VERSION: u64 = 4;
 /// per row.
 pub(crate) const CHUNKS: TableDefinition<(u128, u64), &[u8]> = TableDefinition::new("chunks");
 /// Append order → conversation (16 bytes, little-endian), chunk index (8 bytes, little-endian),
-/// then the chunk's value (see [`ChunkLayout`]). Every commit appends at its end, so a commit writes
-/// the same few pages however many recordings it touches; the writer folds the oldest entries
-/// into `chunks` in bulk.
+/// then the chunk's value (see [`ChunkLayout`]). Earlier builds kept the journal here; a file
+/// they left is folded into `chunks` on open, and nothing writes the table since.
 pub(crate) const JOURNAL: TableDefinition<u64, &[u8]> = TableDefinition::new("journal");
 /// conversation → bincode [`RecordingMeta`] of its latest recording. Its chunk count and byte
 /// length are written when the recording ends (or is found interrupted on open); while it is
@@ -228,7 +227,9 @@ pub(crate) fn encode_chunk_into(
 const JOURNAL_HEAD: usize = 24;
 
 /// Encodes a journal value into `value`, replacing what it held: the head, then the chunk
-/// value as [`encode_chunk_into`] lays it out.
+/// value as [`encode_chunk_into`] lays it out. (Only earlier builds wrote the table; tests
+/// make files as they left them.)
+#[cfg(test)]
 pub(crate) fn encode_journal_into(
     value: &mut Vec<u8>,
     key: u128,

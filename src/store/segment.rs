@@ -123,9 +123,15 @@ pub(crate) fn write_packed(
     Ok(())
 }
 
+/// Whether a value of `length` bytes fits beside the values of an encoded segment of
+/// `segment_bytes` bytes, as [`pack`] would put it there.
+pub(crate) fn has_room(segment_bytes: usize, length: usize) -> bool {
+    segment_bytes + LENGTH_BYTES + length <= SEGMENT_BYTES
+}
+
 /// Splits values of lengths `lengths` into runs for segments of at most [`SEGMENT_BYTES`]
 /// each (a value larger than that alone); returns the number of values in each run.
-fn pack(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
+pub(crate) fn pack(lengths: impl IntoIterator<Item = usize>) -> Vec<usize> {
     let mut runs = Vec::new();
     let (mut count, mut bytes) = (0, COUNT_BYTES);
     for length in lengths {
@@ -183,5 +189,14 @@ mod tests {
         // A chunk larger than a segment gets one of its own.
         assert_eq!(pack([10, SEGMENT_BYTES * 2, 10]), vec![1, 1, 1]);
         assert_eq!(pack([]), Vec::<usize>::new());
+        // A segment has room for a value exactly when packing would put it there.
+        let mut out = Vec::new();
+        let values = vec![vec![b'x'; 1040]; 14];
+        encode(&mut out, values.iter().map(Vec::as_slice));
+        assert!(has_room(out.len(), 1040));
+        assert_eq!(pack(std::iter::repeat_n(1040, 15)), vec![15]);
+        encode(&mut out, std::iter::repeat_n(&values[0][..], 15));
+        assert!(!has_room(out.len(), 1040));
+        assert_eq!(pack(std::iter::repeat_n(1040, 16)), vec![15, 1]);
     }
 }

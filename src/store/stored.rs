@@ -1,11 +1,12 @@
 //! One recording's committed chunks as a read transaction sees them: the folded prefix in
-//! `chunks` (segments of consecutive chunks), the rest in `journal`, found through a
-//! [`JournalView`] taken before the transaction began.
+//! `chunks` (segments of consecutive chunks), the rest in the journal, as a [`JournalView`]
+//! taken before the transaction began copied them.
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
 use super::live::Chunk;
-use super::schema::{self, CHUNKS, ChunkLayout, JOURNAL};
+use super::schema::RecordingMeta;
+use super::schema::{self, CHUNKS, ChunkLayout};
 use super::segment::Segment;
 use crate::error::{Error, Result};
 
@@ -14,26 +15,24 @@ type StoredValue<'t> = redb::AccessGuard<'t, &'static [u8]>;
 
 pub(crate) struct StoredChunks {
     chunks: ReadOnlyTable<(u128, u64), &'static [u8]>,
-    journal: ReadOnlyTable<u64, &'static [u8]>,
     key: u128,
     layout: ChunkLayout,
     view: JournalView,
 }
 
 impl StoredChunks {
-    /// The chunks of `key`, laid out as its row says (`timed`).
+    /// The chunks of `key`'s recording `meta`, laid out as its row says.
     pub(crate) fn open(
         txn: &ReadTransaction,
         key: u128,
-        timed: bool,
+        meta: &RecordingMeta,
         view: JournalView,
     ) -> Result<Self> {
         Ok(Self {
             chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
-            journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
             key,
-            layout: ChunkLayout::of(timed),
-            view,
+            layout: ChunkLayout::of(meta.timed_chunks),
+            view: view.of_generation(meta.generation),
         })
     }
 
@@ -47,8 +46,8 @@ impl StoredChunks {
                 .expect("the segment holds the chunk");
             return schema::chunk_offset(chunk).map(Some);
         }
-        match self.journal_value(index)? {
-            Some(value) => schema::chunk_offset(&value).map(Some),
+        match self.view.value(index) {
+            Some(value) => schema::chunk_offset(value).map(Some),
             None => Ok(None),
         }
     }
@@ -87,8 +86,8 @@ impl StoredChunks {
                 }
             }
         }
-        while let Some(value) = self.journal_value(out.next_index())? {
-            if !out.push(&value)? {
+        while let Some(value) = self.view.value(out.next_index()) {
+            if !out.push(value)? {
                 break;
             }
         }
@@ -113,13 +112,10 @@ impl StoredChunks {
 
     /// How many chunks are stored and their total length; the view need only hold the newest.
     pub(crate) fn progress(&self) -> Result<(u64, u64)> {
-        if let Some(seq) = self.view.last()
-            && let Some(value) = self.journal.get(seq).map_err(Error::storage)?
-        {
-            let (_, index, chunk) = schema::decode_journal(value.value())?;
-            return Ok((index + 1, schema::chunk_end(chunk, self.layout)?));
+        if let Some((index, value)) = self.view.last() {
+            return Ok((index + 1, schema::chunk_end(value, self.layout)?));
         }
-        // No unfolded chunk, or it was folded after the view was taken: the newest is here.
+        // No unfolded chunk: the newest is here.
         let mut range = self
             .chunks
             .range((self.key, 0)..=(self.key, u64::MAX))
@@ -135,27 +131,6 @@ impl StoredChunks {
             }
             None => Ok((0, 0)),
         }
-    }
-
-    /// The chunk value of unfolded chunk `index`, checked against the entry's own head.
-    fn journal_value(&self, index: u64) -> Result<Option<Vec<u8>>> {
-        let Some(seq) = self.view.seq(index) else {
-            return Ok(None);
-        };
-        let Some(value) = self.journal.get(seq).map_err(Error::storage)? else {
-            return Ok(None);
-        };
-        let (key, stored_index, chunk) = schema::decode_journal(value.value())?;
-        if (key, stored_index) != (self.key, index) {
-            return Err(Error::Corrupt {
-                detail: format!(
-                    "journal entry {seq} holds chunk {stored_index} of {key:032x}, \
-                 expected chunk {index} of {:032x}",
-                    self.key
-                ),
-            });
-        }
-        Ok(Some(chunk.to_vec()))
     }
 }
 

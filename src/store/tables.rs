@@ -6,12 +6,13 @@ use std::collections::hash_map::Entry;
 
 use redb::ReadableTable;
 
-use super::journal::{ChunksTable, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex, JournalTable};
+use super::database::DbHandle;
+use super::journal::{ChunksTable, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex};
 use super::live::Chunk;
 use super::pipeline::SweepReport;
 use super::schema::{
-    self, CHUNKS, ChunkLayout, EXPIRY, Gone, JOURNAL, RECORDINGS, RecordingMeta, STARTED,
-    TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
+    self, CHUNKS, ChunkLayout, EXPIRY, Gone, RECORDINGS, RecordingMeta, STARTED, TOMBSTONE_EXPIRY,
+    TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
 use super::segment::{self, Segment};
 use super::stream_row::{STREAMS, StreamRow};
@@ -37,7 +38,6 @@ struct MetaCache {
 /// The open tables of one write transaction, and what it has changed so far.
 pub(super) struct Tables<'a, 'txn> {
     chunks: ChunksTable<'a, 'txn>,
-    journal: JournalTable<'a, 'txn>,
     recordings: Logged<'a, 'txn, u128, &'static [u8]>,
     expiry: Logged<'a, 'txn, (u64, u128), ()>,
     started: Logged<'a, 'txn, (u64, u128), ()>,
@@ -46,10 +46,11 @@ pub(super) struct Tables<'a, 'txn> {
     streams: Logged<'a, 'txn, u128, &'static [u8]>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
+    redo: &'a Redo,
     metas: MetaCache,
     /// Chunk count and byte length of each recording appended to in this transaction.
     appended: HashMap<u128, (u64, u64)>,
-    /// Reused for encoding journal entries.
+    /// Reused for encoding chunk values.
     scratch: Vec<u8>,
     /// The transaction's time, in ms since the epoch.
     pub(super) now: u64,
@@ -65,7 +66,6 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     ) -> Result<Self> {
         Ok(Self {
             chunks: Logged::open(txn, CHUNKS, TableId::Chunks, redo)?,
-            journal: Logged::open(txn, JOURNAL, TableId::Journal, redo)?,
             recordings: Logged::open(txn, RECORDINGS, TableId::Recordings, redo)?,
             expiry: Logged::open(txn, EXPIRY, TableId::Expiry, redo)?,
             started: Logged::open(txn, STARTED, TableId::Started, redo)?,
@@ -74,6 +74,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             streams: Logged::open(txn, STREAMS, TableId::Streams, redo)?,
             index,
             delta,
+            redo,
             metas: MetaCache::default(),
             appended: HashMap::new(),
             scratch: Vec::new(),
@@ -130,31 +131,30 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(())
     }
 
-    /// Stores one chunk: at the end of the journal, or straight into `chunks` as a segment of
-    /// its own when it is big and its recording has nothing unfolded (its folded chunks must
-    /// stay a prefix).
+    /// Stores one chunk of recording `generation` of `key`: in the journal (logged, and kept in
+    /// memory until it is folded), or straight into `chunks` as a segment of its own when it
+    /// is big and its recording has nothing unfolded (its folded chunks must stay a prefix).
     pub(super) fn append_chunk(
         &mut self,
-        key: u128,
+        (key, generation): (u128, u64),
         layout: ChunkLayout,
         chunk: &Chunk,
     ) -> Result<()> {
         self.appended.insert(key, (chunk.index + 1, chunk.end()));
         let (offset, time, text) = (chunk.offset, chunk.committed_ms, &chunk.data[..]);
+        schema::encode_chunk_into(&mut self.scratch, layout, offset, time, text);
         if chunk.data.len() >= DIRECT_CHUNK_BYTES && !self.delta.holds(self.index, key) {
-            schema::encode_chunk_into(&mut self.scratch, layout, offset, time, text);
             let mut value = Vec::with_capacity(self.scratch.len() + 8);
             segment::encode(&mut value, [self.scratch.as_slice()].into_iter());
             self.chunks
                 .insert((key, chunk.index), value.as_slice())
                 .map_err(Error::storage)?;
-            Ok(())
         } else {
-            let value = (offset, time, text);
-            schema::encode_journal_into(&mut self.scratch, key, chunk.index, layout, value);
+            let recording = (key, generation);
             self.delta
-                .append(&mut self.journal, key, chunk.index, &self.scratch)
+                .append(self.redo, recording, chunk.index, &self.scratch);
         }
+        Ok(())
     }
 
     /// Ends a live recording's row: its status, its final `(chunk count, byte length)`, and
@@ -196,7 +196,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             return Ok(None);
         };
         self.chunks.remove_range((key, 0)..=(key, u64::MAX))?;
-        self.delta.forget(&mut self.journal, self.index, key)?;
+        self.delta.forget(self.redo, self.index, key);
         self.appended.remove(&key);
         self.forget_row(key, &old)?;
         Ok(Some(old))
@@ -259,7 +259,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         if self.has_chunks(key)? {
             return Ok((deleted, false));
         }
-        deleted += self.delta.forget(&mut self.journal, self.index, key)?;
+        deleted += self.delta.forget(self.redo, self.index, key);
         if let Some(old) = self.meta(key)? {
             let gone = match old.status {
                 Status::Deleted => Gone::Deleted,
@@ -436,21 +436,32 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     }
 
     /// Folds every recording's unfolded chunks into `chunks`.
-    pub(super) fn fold_everything(&mut self, pruned_to: u64) -> Result<()> {
-        let tables = (&mut self.journal, &mut self.chunks);
-        self.delta.fold_everything(tables, self.index, pruned_to)
+    pub(super) fn fold_everything(&mut self) -> Result<()> {
+        self.delta.fold_everything(&mut self.chunks, self.index)
     }
 
     /// Folds the recordings that are due.
-    pub(super) fn fold_due(&mut self, pruned_to: u64) -> Result<()> {
-        let tables = (&mut self.journal, &mut self.chunks);
-        self.delta.fold_due(tables, self.index, pruned_to)
+    pub(super) fn fold_due(&mut self) -> Result<()> {
+        self.delta.fold_due(&mut self.chunks, self.index)
     }
 
-    /// Folds `key`'s unfolded chunks (its last run, when it ends).
+    /// Folds all of `key`'s unfolded chunks (its last run, when it ends).
     pub(super) fn fold_recording(&mut self, key: u128) -> Result<()> {
-        let tables = (&mut self.journal, &mut self.chunks);
-        self.delta.fold(tables, self.index, key).map(drop)
+        self.delta
+            .fold(&mut self.chunks, self.index, key, true)
+            .map(drop)
+    }
+
+    /// Finishes the transaction's work before its commit: the rows changed are written, and,
+    /// when the commit is to be a checkpoint (which empties the log), every unfolded chunk is
+    /// folded first. Returns whether it is to be one.
+    pub(super) fn finish(&mut self, db: &DbHandle) -> Result<bool> {
+        let checkpoint = db.checkpoint_due(self.redo.len() as u64);
+        if checkpoint {
+            self.fold_everything()?;
+        }
+        self.flush_metas()?;
+        Ok(checkpoint)
     }
 }
 

@@ -1,7 +1,8 @@
 //! Tests of the journal: a recording reads the same whether its chunks are still in the
 //! journal, already folded into `chunks`, or split between the two; a reader following a
-//! recording through folds misses nothing; big chunks skip the journal; a slow recording does
-//! not hold the journal back; a journal left in the file is folded on open.
+//! recording through folds misses nothing; big chunks skip the journal; a checkpoint folds
+//! everything and later folds fill the short segment it left; a journal that earlier builds
+//! left in the file is folded on open.
 use std::sync::Arc;
 
 use redb::ReadableTableMetadata;
@@ -12,8 +13,13 @@ use super::super::stored::StoredChunks;
 use super::{TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
 use crate::recorder::Status;
 
-/// Entries in the journal, all recordings together.
-fn journal_entries(store: &TestStore) -> u64 {
+/// Chunks unfolded in the journal, all recordings together.
+fn unfolded(store: &TestStore) -> usize {
+    store.inner.journal.chunks()
+}
+
+/// Entries in the journal table of earlier builds' files.
+fn journal_table_entries(store: &TestStore) -> u64 {
     let txn = store.inner.db.begin_read().unwrap();
     txn.open_table(schema::JOURNAL).unwrap().len().unwrap()
 }
@@ -59,7 +65,7 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
         folded > 0 && folded < LONG,
         "{folded} of {LONG} chunks folded"
     );
-    assert!(journal_entries(&store) > 0);
+    assert!(unfolded(&store) > 0);
     assert_eq!(stored_chunks(&store, key) as u64, LONG);
 
     let expected: Vec<String> = (0..LONG).map(token).collect();
@@ -87,12 +93,12 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
         ["before ", "the ", "fold"]
     );
 
-    // Closed with the journal unfolded: the next open folds it; the recordings stay live,
-    // detached, for their producers to resume.
+    // Closed with chunks unfolded: the checkpoint at the close folds them; the recordings
+    // stay live, detached, for their producers to resume.
     store.close().await;
     drop((long, short));
     let store = open(&dir, &clock);
-    assert_eq!(journal_entries(&store), 0);
+    assert_eq!(unfolded(&store), 0);
     assert_eq!(folded_chunks(&store, key) as u64, LONG);
     let meta = store.meta(key).await.unwrap().unwrap();
     assert_eq!(meta.status, Status::Recording);
@@ -164,7 +170,7 @@ async fn big_chunks_skip_the_journal_until_a_small_one_is_in_it() {
     // The first two went straight to `chunks`; once "small" was journaled, the big one after
     // it had to follow it there, or the recording's folded chunks would not be a prefix.
     assert_eq!(folded_chunks(&store, key), 2);
-    assert_eq!(journal_entries(&store), 2);
+    assert_eq!(unfolded(&store), 2);
     assert_eq!(texts_of(&all_chunks(&store, key, 1).await), texts);
     writer.finish(Status::Completed, None).await.unwrap();
     // Its end folded the rest.
@@ -175,10 +181,7 @@ async fn big_chunks_skip_the_journal_until_a_small_one_is_in_it() {
 
     store.close().await;
     let store = open(&dir, &clock);
-    assert_eq!(
-        (folded_chunks(&store, key), journal_entries(&store)),
-        (4, 0)
-    );
+    assert_eq!((folded_chunks(&store, key), unfolded(&store)), (4, 0));
     assert_eq!(texts_of(&all_chunks(&store, key, 1).await), texts);
     assert_eq!(store.meta(key).await.unwrap().unwrap(), meta);
 }
@@ -191,23 +194,15 @@ async fn superseding_and_sweeping_delete_unfolded_chunks() {
     let mut expiring = store.start(&id("expiring")).await.unwrap();
     record(&mut expiring, &["gone ", "soon"]).await;
     expiring.finish(Status::Completed, None).await.unwrap();
-    assert_eq!(journal_entries(&store), 4);
+    assert_eq!(unfolded(&store), 2, "an ended recording is folded");
 
     let mut new = store.start(&id("replaced")).await.unwrap();
-    assert_eq!(
-        journal_entries(&store),
-        2,
-        "the old recording's entries are gone"
-    );
+    assert_eq!(unfolded(&store), 0, "the old recording's chunks are gone");
     record(&mut new, &["new"]).await;
     clock.advance(24 * 3600 * 1000);
     let report = store.sweep_expired(10_000).await.unwrap();
     assert_eq!(report.recordings_deleted, 1);
-    assert_eq!(
-        journal_entries(&store),
-        0,
-        "folded before the sweep, then deleted"
-    );
+    assert_eq!(unfolded(&store), 0, "folded before the sweep");
     assert_eq!(stored_chunks(&store, new.tape().key()), 1);
     let key = new.tape().key();
     assert_eq!(
@@ -226,21 +221,22 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     let mut writer = store.start(&id("viewed")).await.unwrap();
     let key = writer.tape().key();
     record(&mut writer, &["one ", "two ", "three"]).await;
+    let meta = store.meta(key).await.unwrap().unwrap();
     let early_txn = store.inner.db.begin_read().unwrap();
     let view = store.inner.journal.view(key, 0, usize::MAX);
 
     // A sweep folds the whole journal first.
     store.sweep_expired(10_000).await.unwrap();
-    assert_eq!(journal_entries(&store), 0);
+    assert_eq!(unfolded(&store), 0);
 
     let txn = store.inner.db.begin_read().unwrap();
-    let chunks = StoredChunks::open(&txn, key, true, view).unwrap();
+    let chunks = StoredChunks::open(&txn, key, &meta, view).unwrap();
     assert_eq!(
         texts_of(&chunks.read_from(0, usize::MAX).unwrap()),
         ["one ", "two ", "three"]
     );
     let late_view = store.inner.journal.view(key, 0, usize::MAX);
-    let stale = StoredChunks::open(&early_txn, key, true, late_view).unwrap();
+    let stale = StoredChunks::open(&early_txn, key, &meta, late_view).unwrap();
     assert!(stale.read_from(0, usize::MAX).unwrap().is_empty());
 }
 
@@ -309,32 +305,124 @@ async fn a_schema_1_file_is_upgraded_in_place() {
     assert_eq!(version, schema::SCHEMA_VERSION);
 }
 
-/// A recording too slow to fill a run must not hold the journal's dead prefix (and so the
-/// journal's size) back for ever: once it falls far enough behind, it is folded anyway.
+/// A checkpoint empties the log, so it folds every unfolded chunk first, however few: the
+/// recording's last segment is then short. The next fold packs chunks into it until it is
+/// full, rather than leave it short.
 #[tokio::test]
-async fn a_slow_recording_is_folded_once_it_falls_far_behind() {
-    const BUSY: u64 = 70_000;
+async fn a_checkpoint_folds_everything_and_later_folds_fill_its_short_segment() {
     let (_dir, _clock, store) = fresh();
     let mut slow = store.start(&id("slow")).await.unwrap();
-    let slow_key = slow.tape().key();
-    record(&mut slow, &["a ", "few"]).await;
-    let mut busy = store.start(&id("busy")).await.unwrap();
+    let (key, generation) = (slow.tape().key(), slow.tape().generation());
+    record(&mut slow, &["a ", "few "]).await;
+    assert_eq!(unfolded(&store), 2);
+    store.checkpoint().await.unwrap();
+    assert_eq!(unfolded(&store), 0);
+    assert_eq!(segment_sizes(&store, key), [2]);
+
+    // Chunks of 23 bytes stored (offset, time, text): 5 segments' worth.
     let mut last = None;
-    for i in 0..BUSY {
-        last = Some(busy.append(&token(i)).await.unwrap());
+    for i in 0..3_000 {
+        last = Some(slow.append(&token(i)).await.unwrap());
     }
     acked(last.unwrap()).await.unwrap();
-
-    assert_eq!(folded_chunks(&store, slow_key), 2);
-    let left = journal_entries(&store);
+    let sizes = segment_sizes(&store, key);
+    assert!(sizes.len() >= 4, "{sizes:?}");
     assert!(
-        left < 10_000,
-        "{left} of {BUSY} entries still in the journal"
+        sizes[0] > 2,
+        "the short segment was packed again: {sizes:?}"
     );
+    // Every segment but the newest is full: within a chunk of the largest.
+    let full = sizes[0];
+    assert!(sizes.iter().all(|&n| n <= full), "{sizes:?}");
+    assert!(
+        sizes[..sizes.len() - 1].iter().all(|&n| n + 1 >= full),
+        "{sizes:?}"
+    );
+    let mut expected = vec!["a ".to_string(), "few ".to_string()];
+    expected.extend((0..3_000).map(token));
     assert_eq!(
-        texts_of(&all_chunks(&store, slow_key, 1).await),
-        ["a ", "few"]
+        texts_of(&all_chunks(&store, key, generation).await),
+        expected
     );
+}
+
+/// The store's files as a crash would leave them: copied while it is idle, every commit
+/// acknowledged (in the log) and redb behind at its last checkpoint. Opening the copy replays
+/// the log: appends, folds into a short segment, a recording replaced; and what was unfolded
+/// at the "crash" is folded.
+#[tokio::test]
+async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
+    let (dir, _clock, store) = fresh();
+    let mut long = store.start(&id("long")).await.unwrap();
+    let (key, generation) = (long.tape().key(), long.tape().generation());
+    record(&mut long, &["a ", "few "]).await;
+    store.checkpoint().await.unwrap();
+    let mut last = None;
+    for i in 0..3_000 {
+        last = Some(long.append(&token(i)).await.unwrap());
+    }
+    acked(last.unwrap()).await.unwrap();
+    let mut old = store.start(&id("replaced")).await.unwrap();
+    record(&mut old, &["old ", "text"]).await;
+    let mut new = store.start(&id("replaced")).await.unwrap();
+    record(&mut new, &["new"]).await;
+    let replaced = new.tape().key();
+    let folded_before = segment_sizes(&store, key);
+    assert!(unfolded(&store) > 0);
+
+    let crashed = tempfile::tempdir().unwrap();
+    let db = super::db_path(&dir);
+    let wal = super::super::wal::path_of(&db);
+    std::fs::copy(&db, super::db_path(&crashed)).unwrap();
+    std::fs::copy(&wal, super::super::wal::path_of(&super::db_path(&crashed))).unwrap();
+    {
+        // redb alone holds the checkpoint: "a few" and nothing after it.
+        let raw = redb::Database::open(super::db_path(&crashed)).unwrap();
+        let txn = redb::ReadableDatabase::begin_read(&raw).unwrap();
+        let chunks = txn.open_table(schema::CHUNKS).unwrap();
+        assert_eq!(chunks.range((key, 0)..=(key, u64::MAX)).unwrap().count(), 1);
+    }
+
+    let clock = crate::clock::ManualClock::new(super::T0);
+    let recovered = open(&crashed, &clock);
+    assert_eq!(unfolded(&recovered), 0);
+    let mut expected = vec!["a ".to_string(), "few ".to_string()];
+    expected.extend((0..3_000).map(token));
+    let texts = texts_of(&all_chunks(&recovered, key, generation).await);
+    assert_eq!(texts.len(), expected.len());
+    assert!(
+        texts == expected,
+        "the chunks read back as they were written"
+    );
+    let sizes = segment_sizes(&recovered, key);
+    assert_eq!(
+        sizes[..folded_before.len()],
+        folded_before,
+        "the folds were replayed as they were made"
+    );
+    assert_eq!(sizes.len(), folded_before.len() + 1, "{sizes:?}");
+    assert_eq!(
+        texts_of(&all_chunks(&recovered, replaced, 2).await),
+        ["new"]
+    );
+    drop((long, old, new));
+    store.close().await;
+}
+
+/// How many chunks each of `key`'s segments holds, in order.
+fn segment_sizes(store: &TestStore, key: u128) -> Vec<usize> {
+    let txn = store.inner.db.begin_read().unwrap();
+    let chunks = txn.open_table(schema::CHUNKS).unwrap();
+    chunks
+        .range((key, 0)..=(key, u64::MAX))
+        .unwrap()
+        .map(|entry| {
+            let (_, value) = entry.unwrap();
+            super::super::segment::Segment::parse(value.value())
+                .unwrap()
+                .len()
+        })
+        .collect()
 }
 
 /// A file of schema 3 (one chunk per row) with a log a server of that schema left at a crash,
@@ -404,7 +492,7 @@ async fn a_schema_3_file_and_its_log_are_replayed_then_packed() {
         texts,
         "every chunk, once"
     );
-    assert_eq!(journal_entries(&store), 0);
+    assert_eq!(journal_table_entries(&store), 0);
     // Chunks 0 and 1 (rows) and 2 and 3 (the journal), packed into a segment each.
     let txn = store.inner.db.begin_read().unwrap();
     let segments = txn.open_table(schema::CHUNKS).unwrap();

@@ -176,19 +176,11 @@ pub(super) fn texts_of(chunks: &[Chunk]) -> Vec<String> {
         .collect()
 }
 
-/// Chunks of `key` in the file, whatever recording they belong to: in `chunks`, in the
-/// journal, or (folded, until the journal's prefix is deleted) in both.
+/// Committed chunks of `key`, whatever recording they belong to: in `chunks`, or unfolded in
+/// the journal.
 pub(super) fn stored_chunks(store: &Store, key: u128) -> usize {
     let mut indexes = folded_indexes(store, key);
-    let txn = store.inner.db.begin_read().unwrap();
-    let journal = txn.open_table(schema::JOURNAL).unwrap();
-    for entry in journal.iter().unwrap() {
-        let (_, value) = entry.unwrap();
-        let (entry_key, index, _) = schema::decode_journal(value.value()).unwrap();
-        if entry_key == key {
-            indexes.insert(index);
-        }
-    }
+    indexes.extend(store.inner.journal.view(key, 0, usize::MAX).indexes());
     indexes.len()
 }
 

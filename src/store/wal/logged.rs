@@ -69,17 +69,19 @@ impl<'r, 'txn, K: Key + 'static, V: Value + 'static> Logged<'r, 'txn, K, V> {
 }
 
 impl Logged<'_, '_, (u128, u64), &'static [u8]> {
-    /// Inserts a segment folded from journal entries `seqs`, logging only their numbers: their
-    /// bytes are in the log already, as those entries' inserts.
-    pub(crate) fn insert_folded(
+    /// Writes segment `(key, first)`, packed from the `count` chunks it held (if it was there)
+    /// and after them the first of `key`'s unfolded chunks; logs only the count, as the
+    /// chunks' bytes are in the log already (as their appends).
+    pub(crate) fn insert_packed(
         &mut self,
-        seqs: &[u64],
-        key: (u128, u64),
+        key: u128,
+        first: u64,
+        count: usize,
         segment: &[u8],
     ) -> Result<()> {
-        self.redo.fold(seqs);
+        self.redo.pack(key, first, count);
         self.table
-            .insert(key, segment)
+            .insert((key, first), segment)
             .map(drop)
             .map_err(Error::storage)
     }

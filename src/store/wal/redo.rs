@@ -1,13 +1,20 @@
 //! A commit's changes, as the log holds them: the inserts and removals made through
 //! [`Logged`](super::Logged) tables, in the order they were made, encoded with each table's own
-//! key and value bytes; and the folds of journal entries into `chunks`, by entry, so that a
-//! chunk's bytes are logged once.
+//! key and value bytes; and the journal's changes, which live in memory until they are folded:
+//! chunks appended, folds (by count, so that a chunk's bytes are logged once) and recordings
+//! whose unfolded chunks were dropped.
 //!
 //! A change is `[kind: u8][table: u8]` then, by kind: insert `[key][value]`; remove `[key]`;
-//! remove range `[start bound][end bound]`; fold `[count: u32][journal seq: u64 × count]` (no
-//! table byte; the entries packed into one segment). Bytes are `[length: u32][bytes]`; a bound
-//! is `[0]` unbounded, `[1][bytes]` included, `[2][bytes]` excluded. Logs written before
-//! schema 4 also hold a legacy fold, `[4][journal seq: u64]`: one entry copied as one row.
+//! remove range `[start bound][end bound]`. Bytes are `[length: u32][bytes]`; a bound is `[0]`
+//! unbounded, `[1][bytes]` included, `[2][bytes]` excluded. The journal's changes have no table
+//! byte: append `[6][conversation: u128][chunk index: u64][chunk value: bytes]`; pack
+//! `[7][conversation: u128][first: u64][count: u32]` (segment `(conversation, first)` holds
+//! `count` chunks: those the row held, then the first unfolded ones); forget
+//! `[8][conversation: u128]`.
+//!
+//! Logs of earlier builds, which kept the journal in a redb table, also hold folds of its
+//! entries: `[5][count: u32][journal seq: u64 × count]`, entries packed into one segment, and,
+//! before schema 4, `[4][journal seq: u64]`, one entry copied as one row.
 use std::cell::RefCell;
 use std::ops::Bound;
 
@@ -48,6 +55,9 @@ const REMOVE: u8 = 2;
 const REMOVE_RANGE: u8 = 3;
 const LEGACY_FOLD: u8 = 4;
 const FOLD: u8 = 5;
+const APPEND: u8 = 6;
+const PACK: u8 = 7;
+const FORGET: u8 = 8;
 
 /// The changes of the transaction under way, gathered as its tables are changed.
 #[derive(Default)]
@@ -60,7 +70,19 @@ pub(crate) struct Redo {
 pub(crate) enum Change<'a> {
     /// An insert or removal in one table.
     Edit { table: TableId, edit: Edit<'a> },
-    /// Journal entries `seqs`, consecutive chunks of one recording, packed into one segment.
+    /// Chunk `index` of `key`, appended to the journal.
+    Append {
+        key: u128,
+        index: u64,
+        value: &'a [u8],
+    },
+    /// Segment `(key, first)` written with `count` chunks: those it held, if it was there,
+    /// then the first of `key`'s unfolded chunks.
+    Pack { key: u128, first: u64, count: u32 },
+    /// `key`'s unfolded chunks dropped.
+    Forget { key: u128 },
+    /// Journal entries `seqs` of a redb journal, consecutive chunks of one recording, packed
+    /// into one segment.
     Fold { seqs: Vec<u64> },
     /// Journal entry `seq` copied into `chunks` as one row, as logs before schema 4 did.
     LegacyFold { seq: u64 },
@@ -103,6 +125,31 @@ impl Redo {
         put_bound(&mut bytes, end);
     }
 
+    pub(crate) fn append(&self, key: u128, index: u64, value: &[u8]) {
+        let mut bytes = self.bytes.borrow_mut();
+        bytes.push(APPEND);
+        bytes.extend_from_slice(&key.to_le_bytes());
+        bytes.extend_from_slice(&index.to_le_bytes());
+        put(&mut bytes, value);
+    }
+
+    pub(crate) fn pack(&self, key: u128, first: u64, count: usize) {
+        let mut bytes = self.bytes.borrow_mut();
+        bytes.push(PACK);
+        bytes.extend_from_slice(&key.to_le_bytes());
+        bytes.extend_from_slice(&first.to_le_bytes());
+        let count = u32::try_from(count).expect("a segment holds fewer than 2^32 chunks");
+        bytes.extend_from_slice(&count.to_le_bytes());
+    }
+
+    pub(crate) fn forget(&self, key: u128) {
+        let mut bytes = self.bytes.borrow_mut();
+        bytes.push(FORGET);
+        bytes.extend_from_slice(&key.to_le_bytes());
+    }
+
+    /// A fold of redb journal entries, as earlier builds logged it.
+    #[cfg(test)]
     pub(crate) fn fold(&self, seqs: &[u64]) {
         let mut bytes = self.bytes.borrow_mut();
         bytes.push(FOLD);
@@ -111,6 +158,11 @@ impl Redo {
         for seq in seqs {
             bytes.extend_from_slice(&seq.to_le_bytes());
         }
+    }
+
+    /// Bytes of changes gathered so far.
+    pub(crate) fn len(&self) -> usize {
+        self.bytes.borrow().len()
     }
 
     /// The encoded changes, leaving none.
@@ -173,6 +225,18 @@ impl<'a> Changes<'a> {
         ))
     }
 
+    fn u32(&mut self) -> Result<u32> {
+        Ok(u32::from_le_bytes(
+            self.take(4)?.try_into().expect("4 bytes"),
+        ))
+    }
+
+    fn u128(&mut self) -> Result<u128> {
+        Ok(u128::from_le_bytes(
+            self.take(16)?.try_into().expect("16 bytes"),
+        ))
+    }
+
     fn bytes(&mut self) -> Result<&'a [u8]> {
         let length = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
         self.take(length as usize)
@@ -189,13 +253,29 @@ impl<'a> Changes<'a> {
 
     fn change(&mut self) -> Result<Change<'a>> {
         let kind = self.byte()?;
-        if kind == LEGACY_FOLD {
-            return Ok(Change::LegacyFold { seq: self.u64()? });
-        }
-        if kind == FOLD {
-            let count = u32::from_le_bytes(self.take(4)?.try_into().expect("4 bytes"));
-            let seqs = (0..count).map(|_| self.u64()).collect::<Result<_>>()?;
-            return Ok(Change::Fold { seqs });
+        match kind {
+            APPEND => {
+                return Ok(Change::Append {
+                    key: self.u128()?,
+                    index: self.u64()?,
+                    value: self.bytes()?,
+                });
+            }
+            PACK => {
+                return Ok(Change::Pack {
+                    key: self.u128()?,
+                    first: self.u64()?,
+                    count: self.u32()?,
+                });
+            }
+            FORGET => return Ok(Change::Forget { key: self.u128()? }),
+            LEGACY_FOLD => return Ok(Change::LegacyFold { seq: self.u64()? }),
+            FOLD => {
+                let count = self.u32()?;
+                let seqs = (0..count).map(|_| self.u64()).collect::<Result<_>>()?;
+                return Ok(Change::Fold { seqs });
+            }
+            _ => {}
         }
         let table = TableId::from_byte(self.byte()?)?;
         let edit = match kind {
@@ -247,6 +327,9 @@ mod tests {
         redo.insert(TableId::Journal, b"k", b"value");
         redo.remove(TableId::Expiry, b"gone");
         redo.fold(&[42, 43]);
+        redo.append(7, 3, b"chunk");
+        redo.pack(7, 2, 2);
+        redo.forget(7);
         redo.remove_range(TableId::Chunks, Bound::Included(b"a"), Bound::Unbounded);
         redo.remove_range(TableId::Journal, Bound::Unbounded, Bound::Excluded(b"z"));
         let payload = redo.take();
@@ -267,6 +350,17 @@ mod tests {
                     edit: Edit::Remove { key: b"gone" }
                 },
                 Change::Fold { seqs: vec![42, 43] },
+                Change::Append {
+                    key: 7,
+                    index: 3,
+                    value: b"chunk"
+                },
+                Change::Pack {
+                    key: 7,
+                    first: 2,
+                    count: 2
+                },
+                Change::Forget { key: 7 },
                 Change::Edit {
                     table: TableId::Chunks,
                     edit: Edit::RemoveRange {

@@ -1,7 +1,10 @@
 //! Recovery from the log: the commits it holds past redb's last checkpoint are applied again,
 //! in order, then checkpointed, so that the log can be emptied. Applying a commit's changes to
 //! the state its original commit started from gives the state it made: replaying twice (after
-//! a crash during replay) starts again from the same checkpoint and ends the same.
+//! a crash during replay) starts again from the same checkpoint and ends the same. The
+//! journal's unfolded chunks, which lived in memory, are rebuilt from their appends as the
+//! replay goes, and those still unfolded at the end are folded into the checkpoint.
+use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::Path;
 use std::time::Instant;
@@ -11,12 +14,12 @@ use redb::{Database, Durability, Key, ReadableTable, Table, Value, WriteTransact
 use super::redo::{Change, Changes, Edit, TableId};
 use super::{CHECKPOINT_LSN_KEY, read_frame};
 use crate::error::{Error, Result};
-use crate::store::journal;
+use crate::store::journal::{self, Run};
 use crate::store::schema::{
     self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION_KEY, STARTED, TOMBSTONE_EXPIRY,
     TOMBSTONES,
 };
-use crate::store::segment;
+use crate::store::segment::{self, Segment};
 use crate::store::stream_row::STREAMS;
 
 /// Replayed commits are applied this many payload bytes per (non-durable) transaction, so that
@@ -57,12 +60,14 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
     let mut log = BufReader::with_capacity(1 << 20, file);
     let mut payload = Vec::new();
     let mut next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
+    // Each recording's unfolded chunks, as the writer held them in memory.
+    let mut unfolded: HashMap<u128, Run> = HashMap::new();
     // Applied in transactions of about BYTES_PER_TRANSACTION each.
     while next.is_some() {
         let txn = db.begin_write().map_err(Error::storage)?;
         let mut in_txn = 0;
         {
-            let mut tables = ReplayTables::open(&txn, legacy_folds)?;
+            let mut tables = ReplayTables::open(&txn, legacy_folds, &mut unfolded)?;
             while let Some(lsn) = next {
                 if lsn <= replayed.last_lsn {
                     // Older: the log ends here (what follows was written in an earlier round,
@@ -85,6 +90,9 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
                 if in_txn >= BYTES_PER_TRANSACTION {
                     break;
                 }
+            }
+            if next.is_none() {
+                tables.fold_unfolded()?;
             }
         }
         if next.is_some() {
@@ -144,7 +152,7 @@ pub(crate) fn checkpoint_commit(mut txn: WriteTransaction, lsn: u64) -> Result<(
 /// tables, without the logging).
 ///
 /// [`Logged`]: super::Logged
-struct ReplayTables<'txn> {
+struct ReplayTables<'txn, 'u> {
     chunks: Table<'txn, (u128, u64), &'static [u8]>,
     journal: Table<'txn, u64, &'static [u8]>,
     recordings: Table<'txn, u128, &'static [u8]>,
@@ -155,12 +163,19 @@ struct ReplayTables<'txn> {
     streams: Table<'txn, u128, &'static [u8]>,
     /// Whether the log may hold legacy folds (written before schema 4).
     legacy_folds: bool,
+    /// Each recording's unfolded chunks so far.
+    unfolded: &'u mut HashMap<u128, Run>,
 }
 
-impl<'txn> ReplayTables<'txn> {
-    fn open(txn: &'txn WriteTransaction, legacy_folds: bool) -> Result<Self> {
+impl<'txn, 'u> ReplayTables<'txn, 'u> {
+    fn open(
+        txn: &'txn WriteTransaction,
+        legacy_folds: bool,
+        unfolded: &'u mut HashMap<u128, Run>,
+    ) -> Result<Self> {
         Ok(Self {
             legacy_folds,
+            unfolded,
             chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
             journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
             recordings: txn.open_table(RECORDINGS).map_err(Error::storage)?,
@@ -176,6 +191,18 @@ impl<'txn> ReplayTables<'txn> {
     fn apply(&mut self, payload: &[u8]) -> Result<()> {
         for change in Changes::new(payload) {
             let (table, edit) = match change? {
+                Change::Append { key, index, value } => {
+                    self.append(key, index, value)?;
+                    continue;
+                }
+                Change::Pack { key, first, count } => {
+                    self.pack(key, first, count as usize)?;
+                    continue;
+                }
+                Change::Forget { key } => {
+                    self.unfolded.remove(&key);
+                    continue;
+                }
                 Change::Fold { seqs } => {
                     self.fold(&seqs)?;
                     continue;
@@ -197,6 +224,74 @@ impl<'txn> ReplayTables<'txn> {
                 TableId::Streams => redo(&mut self.streams, &edit),
             }
             .map_err(Error::storage)?;
+        }
+        Ok(())
+    }
+
+    /// Adds chunk `index` to `key`'s unfolded chunks, which it must follow.
+    fn append(&mut self, key: u128, index: u64, value: &[u8]) -> Result<()> {
+        let run = self
+            .unfolded
+            .entry(key)
+            .or_insert_with(|| Run::starting_at(0, index));
+        if run.is_empty() {
+            *run = Run::starting_at(0, index);
+        }
+        if run.end_index() != index {
+            return Err(damaged_log(format!(
+                "chunk {index} of {key:032x} is appended after chunk {}",
+                run.end_index().wrapping_sub(1)
+            )));
+        }
+        run.push(value);
+        Ok(())
+    }
+
+    /// Writes segment `(key, first)` as the fold that logged it did: the chunks the row holds,
+    /// if it is there, then as many of `key`'s unfolded chunks as make `count`.
+    fn pack(&mut self, key: u128, first: u64, count: usize) -> Result<()> {
+        let reused: Vec<Vec<u8>> = match self.chunks.get((key, first)).map_err(Error::storage)? {
+            Some(row) => Segment::parse(row.value())?
+                .values()
+                .map(<[u8]>::to_vec)
+                .collect(),
+            None => Vec::new(),
+        };
+        let wanted = count.saturating_sub(reused.len());
+        let run = self
+            .unfolded
+            .get_mut(&key)
+            .filter(|run| run.first_index() == first + reused.len() as u64 && run.len() >= wanted)
+            .ok_or_else(|| {
+                damaged_log(format!(
+                    "segment {first} of {key:032x} is packed from chunks that were not appended"
+                ))
+            })?;
+        let values: Vec<&[u8]> = reused
+            .iter()
+            .map(Vec::as_slice)
+            .chain(run.values().take(wanted))
+            .collect();
+        let mut segment = Vec::new();
+        segment::encode(&mut segment, values.into_iter());
+        run.drop_front(wanted);
+        self.chunks
+            .insert((key, first), segment.as_slice())
+            .map_err(Error::storage)?;
+        Ok(())
+    }
+
+    /// Folds every chunk still unfolded at the log's end into `chunks`, as a checkpoint does.
+    fn fold_unfolded(&mut self) -> Result<()> {
+        for (key, run) in self.unfolded.drain() {
+            let values: Vec<&[u8]> = run.values().collect();
+            let (planned, _) =
+                journal::plan_fold(&self.chunks, key, run.first_index(), &values, true)?;
+            for packed in planned {
+                self.chunks
+                    .insert((key, packed.first), packed.segment.as_slice())
+                    .map_err(Error::storage)?;
+            }
         }
         Ok(())
     }
@@ -263,6 +358,13 @@ fn redo<K: Key + 'static, V: Value + 'static>(
         }
     }
     Ok(())
+}
+
+/// A log whose frames check out but whose changes do not follow on from one another.
+fn damaged_log(detail: String) -> Error {
+    Error::Corrupt {
+        detail: format!("write-ahead log: {detail}"),
+    }
 }
 
 fn gap(wal_path: &Path, lsn: u64, last: u64) -> Error {
