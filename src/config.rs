@@ -41,7 +41,7 @@ pub struct Config {
     /// Size of the write-ahead log that makes the next commit a checkpoint; bounds what a
     /// restart after a crash replays. Default 32 MiB.
     pub checkpoint_bytes: u64,
-    /// Memory redb keeps pages of the file in. Default 64 MiB.
+    /// Memory redb keeps pages of the file in. Default 16 MiB.
     pub cache_bytes: u64,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,

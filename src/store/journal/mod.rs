@@ -27,6 +27,11 @@ pub(crate) use stored::{decode_run, fold_all};
 /// recording has nothing unfolded: no other chunk would fit beside them in a segment.
 pub(crate) const DIRECT_CHUNK_BYTES: usize = SEGMENT_BYTES / 2;
 
+/// Where a run's buffer stops doubling, once: a live recording's run is folded soon after it
+/// passes a segment's worth, so doubling past that would leave most runs holding about twice
+/// the memory they use.
+const RUN_BYTES: usize = SEGMENT_BYTES + SEGMENT_BYTES / 4;
+
 pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [u8]>;
 
 /// A run of one recording's consecutive chunk values (each as its layout encodes it), back to
@@ -76,6 +81,18 @@ impl Run {
 
     /// Adds the next chunk's value.
     pub(crate) fn push(&mut self, value: &[u8]) {
+        let needed = self.bytes.len() + value.len();
+        let capacity = self.bytes.capacity();
+        if needed > capacity {
+            // Doubling, except that the growth that passes RUN_BYTES stops there.
+            let doubled = (2 * capacity).max(needed).max(64);
+            let grown = if capacity < RUN_BYTES && doubled > RUN_BYTES {
+                RUN_BYTES.max(needed)
+            } else {
+                doubled
+            };
+            self.bytes.reserve_exact(grown - self.bytes.len());
+        }
         self.bytes.extend_from_slice(value);
         self.ends.push(self.bytes.len());
     }
