@@ -33,7 +33,6 @@ pub struct Producer {
     writer: Option<TapeWriter>,
     session: u64,
     limits: Limits,
-    progress: watch::Receiver<Progress>,
     holder: watch::Receiver<Holder>,
     stopping: CancellationToken,
     /// Bytes still to be resent that are already committed: skipped, not stored again.
@@ -52,7 +51,6 @@ impl Producer {
         let tape = writer.tape().clone();
         let skip = writer.appended_bytes().saturating_sub(resume_from);
         Self {
-            progress: tape.subscribe(),
             holder: tape.watch_holder(),
             session: writer.session(),
             tape,
@@ -151,13 +149,11 @@ impl Producer {
     /// server shuts down.
     pub async fn stopped(&mut self) -> Stopped {
         let session = self.session;
-        let (progress, holder) = (&mut self.progress, &mut self.holder);
+        let holder = &mut self.holder;
+        // Not the progress channel: it changes at every commit, and the session would wake
+        // for each one.
         tokio::select! {
-            ended = progress.wait_for(|p| !p.status.is_live()) => match ended {
-                Ok(progress) => Stopped::Ended(*progress),
-                // The sender lives in the tape we hold, so this cannot happen.
-                Err(_) => Stopped::Ended(self.tape.progress()),
-            },
+            progress = self.tape.ended() => Stopped::Ended(progress),
             _ = holder.wait_for(|h| h.session != session) => Stopped::Fenced,
             () = self.stopping.cancelled() => Stopped::ShuttingDown,
         }

@@ -14,6 +14,7 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
 
 use super::registry::Registry;
 use super::status::{Progress, Status};
@@ -52,6 +53,9 @@ pub struct Tape {
     id: ConversationId,
     generation: u64,
     progress: watch::Sender<Progress>,
+    /// Cancelled once its end is published (after `progress` shows it): for those that wait
+    /// for the end only, and should not wake at every commit.
+    ended: CancellationToken,
     tail: Mutex<Tail>,
     last_activity_ms: AtomicU64,
     /// Set by the pipeline when it accepts the op that ends the tape; later ops are refused.
@@ -100,6 +104,7 @@ impl Tape {
             id,
             generation,
             progress: watch::Sender::new(progress),
+            ended: CancellationToken::new(),
             tail: Mutex::new(Tail::default()),
             last_activity_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
@@ -136,6 +141,12 @@ impl Tape {
     /// A receiver that wakes whenever more is committed or the recording ends.
     pub fn subscribe(&self) -> watch::Receiver<Progress> {
         self.progress.subscribe()
+    }
+
+    /// Resolves once the recording's end is published, with its final progress.
+    pub async fn ended(&self) -> Progress {
+        self.ended.cancelled().await;
+        self.progress()
     }
 
     /// Why the recording ended, if it has and there is a reason to give. The text is fit for
@@ -320,6 +331,7 @@ impl LiveRecording for Tape {
             let _ = self.end_message.set(message);
         }
         self.progress.send_modify(|p| p.status = status);
+        self.ended.cancel();
         let progress = self.progress();
         tracing::info!(
             conversation = %self.id,
