@@ -27,7 +27,8 @@ pub struct Stats {
     /// Rows of the chunks table: segments of consecutive chunks (one chunk each before
     /// schema 4).
     pub segments: u64,
-    /// Entries waiting in the journal to be folded.
+    /// Entries an earlier version left in its journal table, folded on the next start (this
+    /// version keeps the journal in memory and the log).
     pub journal_backlog: u64,
     /// Tombstones of collected or deleted recordings.
     pub tombstones: u64,
