@@ -45,11 +45,7 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
     let mut short = store.start(&id("short")).await.unwrap();
     let (key, generation) = (long.tape().key(), long.tape().generation());
     record(&mut short, &["before ", "the "]).await;
-    let mut last = None;
-    for i in 0..LONG - 5 {
-        last = Some(long.append(&token(i)).await.unwrap());
-    }
-    acked(last.unwrap()).await.unwrap();
+    append_tokens(&mut long, 0..LONG - 5).await;
     // Too few for a run of their own: these stay in the journal.
     let tail: Vec<String> = (LONG - 5..LONG).map(token).collect();
     record(
@@ -320,11 +316,7 @@ async fn a_checkpoint_folds_everything_and_later_folds_fill_its_short_segment() 
     assert_eq!(segment_sizes(&store, key), [2]);
 
     // Chunks of 23 bytes stored (offset, time, text): 5 segments' worth.
-    let mut last = None;
-    for i in 0..3_000 {
-        last = Some(slow.append(&token(i)).await.unwrap());
-    }
-    acked(last.unwrap()).await.unwrap();
+    append_tokens(&mut slow, 0..3_000).await;
     let sizes = segment_sizes(&store, key);
     assert!(sizes.len() >= 4, "{sizes:?}");
     assert!(
@@ -357,11 +349,7 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     let (key, generation) = (long.tape().key(), long.tape().generation());
     record(&mut long, &["a ", "few "]).await;
     store.checkpoint().await.unwrap();
-    let mut last = None;
-    for i in 0..3_000 {
-        last = Some(long.append(&token(i)).await.unwrap());
-    }
-    acked(last.unwrap()).await.unwrap();
+    append_tokens(&mut long, 0..3_000).await;
     let mut old = store.start(&id("replaced")).await.unwrap();
     record(&mut old, &["old ", "text"]).await;
     let mut new = store.start(&id("replaced")).await.unwrap();
@@ -407,6 +395,44 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     );
     drop((long, old, new));
     store.close().await;
+}
+
+/// When the file has to be reopened (after an I/O error redb refuses to go on, and goes back
+/// to its last checkpoint), the log's replay folds the chunks that were unfolded in memory:
+/// the pipeline must let go of them, or its next fold would pack them a second time. Here the
+/// file is closed under the running store and put back as it was at the checkpoint.
+#[tokio::test]
+async fn after_the_file_is_reopened_the_replayed_chunks_are_not_folded_again() {
+    let (dir, _clock, store) = fresh();
+    let mut long = store.start(&id("long")).await.unwrap();
+    let (key, generation) = (long.tape().key(), long.tape().generation());
+    record(&mut long, &["a ", "few "]).await;
+    store.checkpoint().await.unwrap();
+    let db = super::db_path(&dir);
+    let at_checkpoint = std::fs::read(&db).unwrap();
+    append_tokens(&mut long, 0..3_000).await;
+    assert!(unfolded(&store) > 0);
+
+    assert!(store.inner.db.close());
+    std::fs::write(&db, at_checkpoint).unwrap();
+    // The next commit reopens the file, replaying the log over the checkpoint.
+    append_tokens(&mut long, 3_000..6_000).await;
+    long.finish(Status::Completed, None).await.unwrap();
+    let mut expected = vec!["a ".to_string(), "few ".to_string()];
+    expected.extend((0..6_000).map(token));
+    let texts = texts_of(&all_chunks(&store, key, generation).await);
+    assert_eq!(texts.len(), expected.len());
+    assert!(texts == expected, "every chunk once, in order");
+    assert_eq!(unfolded(&store), 0);
+}
+
+/// Appends [`token`]s `range` and waits until they are all committed.
+async fn append_tokens(writer: &mut crate::recorder::TapeWriter, range: std::ops::Range<u64>) {
+    let mut last = None;
+    for i in range {
+        last = Some(writer.append(&token(i)).await.unwrap());
+    }
+    acked(last.unwrap()).await.unwrap();
 }
 
 /// How many chunks each of `key`'s segments holds, in order.
