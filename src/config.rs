@@ -43,6 +43,10 @@ pub struct Config {
     pub checkpoint_bytes: u64,
     /// Memory redb keeps pages of the file in. Default 16 MiB.
     pub cache_bytes: u64,
+    /// Group commit: while commits hold several ops each, the next one starts at least this
+    /// long after the last one did. Zero commits as soon as the last commit is done.
+    /// Default 4 ms.
+    pub commit_interval: Duration,
     /// How long graceful shutdown waits for streams and the commit pipeline. Default 10 seconds.
     pub shutdown_timeout: Duration,
     /// API keys and grant keys; nothing configured (the default) turns access control off.
@@ -90,6 +94,7 @@ impl Default for Config {
             max_live_recordings: 10_000,
             checkpoint_bytes: crate::store::DEFAULT_CHECKPOINT_BYTES,
             cache_bytes: crate::store::DEFAULT_CACHE_BYTES,
+            commit_interval: crate::store::DEFAULT_COMMIT_INTERVAL,
             shutdown_timeout: Duration::from_secs(10),
             access: AccessConfig::default(),
             tls: None,

@@ -90,6 +90,18 @@ pub(crate) fn parse_positive_duration(text: &str) -> Result<humantime::Duration,
     Ok(duration)
 }
 
+/// The group commit interval: a duration of at most a second (every commit of several
+/// producers' tokens waits up to that long, and their acknowledgements with it).
+pub(crate) fn parse_commit_interval(text: &str) -> Result<humantime::Duration, String> {
+    let duration = parse_duration(text)?;
+    if Duration::from(duration) > Duration::from_secs(1) {
+        return Err(format!(
+            "`{text}` is too long: commits would hold producers and readers back by up to that; at most 1s (a few ms is usual)"
+        ));
+    }
+    Ok(duration)
+}
+
 /// A chunk size: more than zero, and less than 4 GiB so that a chunk fits in one gRPC message
 /// (whose length is 32 bits).
 pub(crate) fn parse_chunk_size(text: &str) -> Result<Bytes, String> {

@@ -47,6 +47,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
         tombstone_retention: config.tombstone_retention,
         checkpoint_bytes: config.checkpoint_bytes,
         cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
+        commit_interval: config.commit_interval,
         ..StoreOptions::default()
     };
     Store::open(&config.database_path(), options)

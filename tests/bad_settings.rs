@@ -83,6 +83,15 @@ fn durations_too_long_for_the_millisecond_clock_are_refused() {
 }
 
 #[test]
+fn a_commit_interval_over_a_second_is_refused() {
+    assert_bad_setting(
+        &["--commit-interval", "2s"],
+        "--commit-interval",
+        "at most 1s",
+    );
+}
+
+#[test]
 fn chunks_that_cannot_fit_a_grpc_message_are_refused() {
     assert_bad_setting(
         &["--max-chunk-bytes", "4GiB"],

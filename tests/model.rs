@@ -302,6 +302,7 @@ fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<S
             // redb no longer holds in memory.
             checkpoint_bytes: 16 * 1024,
             cache_bytes: 256 * 1024,
+            ..StoreOptions::default()
         },
     )
 }

@@ -8,6 +8,7 @@ use tokio::sync::{mpsc, oneshot};
 use super::database::DbHandle;
 use super::journal::{JournalDelta, JournalIndex};
 use super::live::{Admission, Admit, Admitted, Chunk, Live, Resumed};
+use super::pacing::Pacing;
 use super::publish::{Effect, Waiter};
 use super::schema::{ChunkLayout, RecordingMeta};
 use super::tables::Tables;
@@ -145,6 +146,8 @@ pub(crate) struct WriterSettings {
     pub retention_ms: u64,
     pub tombstone_ms: u64,
     pub clock: Arc<dyn Clock>,
+    /// Least time between the starts of commits that hold several ops (see `pacing`).
+    pub commit_interval: std::time::Duration,
 }
 
 /// The commit pipeline's state; lives on its thread.
@@ -171,15 +174,19 @@ impl Writer {
     /// Serves ops until told to close or every sender is gone.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Op>) {
         let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
+        let mut pacing = Pacing::new(self.settings.commit_interval);
         while let Some(op) = ops.blocking_recv() {
+            pacing.wait();
             let mut closing = push(&mut batch, op);
-            // Natural batching: whatever queued up during the previous commit goes in this one.
+            // Group commit: whatever queued up during the previous commit (and the pacing wait)
+            // goes in this one.
             while batch.len() < MAX_OPS_PER_COMMIT {
                 match ops.try_recv() {
                     Ok(op) => closing |= push(&mut batch, op),
                     Err(_) => break,
                 }
             }
+            pacing.started(batch.len());
             let checkpoints: Vec<Op> = batch
                 .extract_if(.., |op| matches!(op, Op::Checkpoint { .. }))
                 .collect();

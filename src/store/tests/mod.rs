@@ -2,6 +2,7 @@
 //! recordings over the store as the server runs them: round trips, reopening after a clean close
 //! and after a SIGKILL, the sweeper, supersede, limits and refusals, and the journal.
 
+mod group_commit;
 mod journal;
 mod lifecycle;
 mod refusals;

@@ -173,6 +173,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
             retention_ms: ms(RETENTION),
             tombstone_ms: ms(RETENTION),
             clock: Arc::new(clock.clone()),
+            commit_interval: std::time::Duration::ZERO,
         },
     );
     let (ops, queue) = mpsc::channel(8);
@@ -238,6 +239,7 @@ async fn an_end_that_lost_is_answered_after_the_winner_is_published() {
             retention_ms: ms(RETENTION),
             tombstone_ms: ms(RETENTION),
             clock: Arc::new(clock.clone()),
+            commit_interval: std::time::Duration::ZERO,
         },
     );
     let (ops, queue) = mpsc::channel(8);

@@ -1,0 +1,79 @@
+//! Group commit's pacing, on the real pipeline: a commit of several ops holds the next one back
+//! for the interval; a commit of one op does not.
+use std::time::Instant;
+
+use super::*;
+
+const INTERVAL: Duration = Duration::from_millis(300);
+/// Less than the interval by more than a commit takes on any disk these tests run on.
+const CLEARLY_PACED: Duration = Duration::from_millis(200);
+
+#[tokio::test]
+async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does_not() {
+    let (_dir, clock, store) = fresh();
+    let handle = store.clone();
+    let first = store.start(&id("first")).await.unwrap();
+    let second = store.start(&id("second")).await.unwrap();
+    store.close().await;
+
+    let writer = Writer::new(
+        handle.inner.db.clone(),
+        handle.inner.journal.clone(),
+        WriterSettings {
+            retention_ms: ms(RETENTION),
+            tombstone_ms: ms(RETENTION),
+            clock: Arc::new(clock.clone()),
+            commit_interval: INTERVAL,
+        },
+    );
+    let (ops, queue) = mpsc::channel(8);
+    let append = |writer: &TapeWriter, index: u64| {
+        let (done, ack) = oneshot::channel();
+        let chunk = Chunk {
+            index,
+            offset: index,
+            data: bytes::Bytes::from_static(b"x"),
+            committed_ms: 0,
+        };
+        ops.try_send(Op::Append {
+            live: writer.tape().clone(),
+            session: writer.session(),
+            chunk,
+            done,
+        })
+        .unwrap();
+        ack
+    };
+    async fn committed(ack: oneshot::Receiver<crate::Result<u64>>) -> Instant {
+        tokio::time::timeout(WAIT, ack)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        Instant::now()
+    }
+
+    // Queued before the writer runs: one commit of two ops.
+    let (a, b) = (append(&first, 0), append(&second, 0));
+    let pipeline = std::thread::spawn(move || writer.run(queue));
+    let two = committed(a).await;
+    committed(b).await;
+
+    let one = committed(append(&first, 1)).await;
+    assert!(
+        one - two >= CLEARLY_PACED,
+        "the commit after one of two ops waited out the interval ({:?})",
+        one - two
+    );
+
+    let next = committed(append(&first, 2)).await;
+    assert!(
+        next - one < CLEARLY_PACED,
+        "the commit after one of a single op was not held back ({:?})",
+        next - one
+    );
+
+    ops.try_send(Op::Close).unwrap();
+    pipeline.join().unwrap();
+    assert_eq!(stored_chunks(&handle, first.tape().key()), 3);
+}
