@@ -47,7 +47,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
 use crate::clock::{Clock, SystemClock};
@@ -61,13 +61,20 @@ pub use listing::{Lookup, Page, PageToken};
 pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording, Resumed};
 pub use pipeline::EndIf;
 pub use pipeline::SweepReport;
-use pipeline::{Op, Writer, WriterSettings};
+use pipeline::{Op, Queued, Writer, WriterSettings};
 pub use recovery::RecoveredLive;
 pub use schema::{Gone, RecordingMeta, Tombstone};
 pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).
 const OP_QUEUE_DEPTH: usize = 16 * 1024;
+/// Chunk bytes waiting for the writer; past it, producers wait too. With small tokens the
+/// count above binds first (16,384 tokens of 32 B are half a MiB); with large ones this does,
+/// which also bounds the writer's batches (each becomes one log frame and one redb
+/// transaction). A bulk load's peak memory follows it: 1 KiB tokens peaked at 106-119 MiB with
+/// 1 MiB here, 128-136 with 2 MiB, 139-146 with 4 and 151-173 with the count alone, at the same
+/// speed (BENCHMARKS.md, "the queue's room").
+const QUEUE_BYTES: usize = 1024 * 1024;
 /// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
 pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
 
@@ -128,7 +135,9 @@ pub struct Store {
 
 struct Inner {
     db: Arc<DbHandle>,
-    ops: mpsc::Sender<Op>,
+    ops: mpsc::Sender<Queued>,
+    /// Room for chunk bytes in the queue, `QUEUE_BYTES` of it.
+    queue_room: Arc<Semaphore>,
     journal: Arc<JournalIndex>,
     clock: Arc<dyn Clock>,
     writer: Mutex<Option<JoinHandle<()>>>,
@@ -174,6 +183,7 @@ impl Store {
             inner: Arc::new(Inner {
                 db,
                 ops,
+                queue_room: Arc::new(Semaphore::new(QUEUE_BYTES)),
                 journal,
                 clock: options.clock,
                 writer: Mutex::new(Some(handle)),
@@ -309,7 +319,7 @@ impl Store {
             only,
             done,
         };
-        match self.inner.ops.try_send(op) {
+        match self.inner.ops.try_send(op.into()) {
             Ok(()) => {}
             Err(mpsc::error::TrySendError::Full(op)) => {
                 if let Ok(runtime) = tokio::runtime::Handle::try_current() {
@@ -388,10 +398,26 @@ impl Store {
         answer.await.map_err(|_| Error::ShuttingDown)?
     }
 
+    /// Queues `op` for the writer once there is room for it (a chunk larger than the whole
+    /// room waits for all of it).
+    ///
+    /// Fails with `ShuttingDown` when the store is closed.
     async fn submit(&self, op: Op) -> Result<()> {
+        let bytes = op.chunk_bytes().min(QUEUE_BYTES);
+        let room = match bytes {
+            0 => None,
+            bytes => Some(
+                self.inner
+                    .queue_room
+                    .clone()
+                    .acquire_many_owned(bytes as u32)
+                    .await
+                    .expect("the queue's room is never closed"),
+            ),
+        };
         self.inner
             .ops
-            .send(op)
+            .send(Queued { op, _room: room })
             .await
             .map_err(|_| Error::ShuttingDown)
     }
@@ -409,7 +435,7 @@ impl Store {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .take();
-        let _ = self.inner.ops.send(Op::Close).await;
+        let _ = self.inner.ops.send(Op::Close.into()).await;
         if let Some(handle) = handle {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
         }

@@ -3,7 +3,7 @@
 //! new committed state to readers and answers the producers (see `publish`).
 use std::sync::Arc;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OwnedSemaphorePermit, mpsc, oneshot};
 
 use super::database::DbHandle;
 use super::journal::{JournalDelta, JournalIndex};
@@ -21,6 +21,21 @@ use crate::recorder::Status;
 
 /// Most ops folded into one transaction; bounds the size and latency of a single commit.
 const MAX_OPS_PER_COMMIT: usize = 4096;
+
+/// An op in the writer's queue, with the room its chunk bytes take there (given back as the
+/// writer takes the op).
+pub(crate) struct Queued {
+    pub op: Op,
+    /// Held until the writer takes the op; dropping it gives the room back.
+    pub _room: Option<OwnedSemaphorePermit>,
+}
+
+impl From<Op> for Queued {
+    /// An op that takes no room (it carries no chunk, or its room is not counted).
+    fn from(op: Op) -> Self {
+        Queued { op, _room: None }
+    }
+}
 
 /// Work for the writer thread.
 pub(crate) enum Op {
@@ -107,6 +122,15 @@ impl Op {
         }
     }
 
+    /// Bytes of chunk data it carries.
+    pub(super) fn chunk_bytes(&self) -> usize {
+        match self {
+            Op::Append { chunk, .. } => chunk.data.len(),
+            Op::Together(ops) => ops.iter().map(Op::chunk_bytes).sum(),
+            _ => 0,
+        }
+    }
+
     /// Whether applying it grows the file (refused while the disk is full).
     fn grows(&self) -> bool {
         match self {
@@ -172,7 +196,7 @@ impl Writer {
     }
 
     /// Serves ops until told to close or every sender is gone.
-    pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Op>) {
+    pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Queued>) {
         let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
         let mut pacing = Pacing::new(self.settings.commit_interval);
         while let Some(op) = ops.blocking_recv() {
@@ -542,9 +566,10 @@ fn appended(batch: &[Op]) -> (usize, u64, u64) {
     (batch.len(), tokens, bytes)
 }
 
-/// Adds `op` to the batch; true if it asks the pipeline to close.
-fn push(batch: &mut Vec<Op>, op: Op) -> bool {
-    match op {
+/// Adds a queued op to `batch` (its room in the queue is given back); returns whether it is
+/// `Close`.
+fn push(batch: &mut Vec<Op>, queued: Queued) -> bool {
+    match queued.op {
         Op::Close => true,
         op => {
             batch.push(op);

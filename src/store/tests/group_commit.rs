@@ -1,5 +1,6 @@
-//! Group commit's pacing, on the real pipeline: a commit of several ops holds the next one back
-//! for the interval; a commit of one op does not.
+//! The commit pipeline's queue and pacing, on the real pipeline: chunks larger than the queue's
+//! room for bytes still go through it; a commit of several ops holds the next one back for the
+//! interval, a commit of one op does not.
 use std::time::Instant;
 
 use super::*;
@@ -35,12 +36,15 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
             data: bytes::Bytes::from_static(b"x"),
             committed_ms: 0,
         };
-        ops.try_send(Op::Append {
-            live: writer.tape().clone(),
-            session: writer.session(),
-            chunk,
-            done,
-        })
+        ops.try_send(
+            Op::Append {
+                live: writer.tape().clone(),
+                session: writer.session(),
+                chunk,
+                done,
+            }
+            .into(),
+        )
         .unwrap();
         ack
     };
@@ -73,7 +77,25 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
         next - one
     );
 
-    ops.try_send(Op::Close).unwrap();
+    ops.try_send(Op::Close.into()).unwrap();
     pipeline.join().unwrap();
     assert_eq!(stored_chunks(&handle, first.tape().key()), 3);
+}
+
+#[tokio::test]
+async fn chunks_larger_than_the_queue_s_room_wait_for_it_and_are_all_committed() {
+    let (_dir, _clock, store) = fresh();
+    let mut writer = store.start(&id("large")).await.unwrap();
+    let big = "x".repeat(super::super::QUEUE_BYTES + 1);
+    let half = "y".repeat(super::super::QUEUE_BYTES / 2 + 1);
+    // Queued back to back: each waits for the room the ones before it take.
+    let end = tokio::time::timeout(WAIT, record(&mut writer, &[&big, &half, &half, &big]))
+        .await
+        .expect("every chunk found room in the queue");
+    assert_eq!(end as usize, 2 * big.len() + 2 * half.len());
+    let chunks = all_chunks(&store, writer.tape().key(), writer.tape().generation()).await;
+    assert_eq!(
+        chunks.iter().map(|c| c.data.len()).collect::<Vec<_>>(),
+        [big.len(), half.len(), half.len(), big.len()]
+    );
 }

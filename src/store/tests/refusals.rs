@@ -186,27 +186,33 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
             data: bytes::Bytes::from_static(b"x"),
             committed_ms: 0,
         };
-        ops.try_send(Op::Append {
-            live: tape.clone(),
-            session: 1,
-            chunk,
-            done,
-        })
+        ops.try_send(
+            Op::Append {
+                live: tape.clone(),
+                session: 1,
+                chunk,
+                done,
+            }
+            .into(),
+        )
         .unwrap();
         ack
     };
     acks.push(append(broken.tape()));
     let (done, ended) = oneshot::channel();
-    ops.try_send(Op::Finish {
-        live: broken.tape().clone(),
-        status: Status::Completed,
-        message: None,
-        only: crate::store::EndIf::Always,
-        done,
-    })
+    ops.try_send(
+        Op::Finish {
+            live: broken.tape().clone(),
+            status: Status::Completed,
+            message: None,
+            only: crate::store::EndIf::Always,
+            done,
+        }
+        .into(),
+    )
     .unwrap();
     acks.push(append(bystander.tape()));
-    ops.try_send(Op::Close).unwrap();
+    ops.try_send(Op::Close.into()).unwrap();
     std::thread::spawn(move || writer.run(queue))
         .join()
         .unwrap();
@@ -245,19 +251,22 @@ async fn an_end_that_lost_is_answered_after_the_winner_is_published() {
     let (ops, queue) = mpsc::channel(8);
     let finish = |status, only| {
         let (done, answer) = oneshot::channel();
-        ops.try_send(Op::Finish {
-            live: tape.clone(),
-            status,
-            message: None,
-            only,
-            done,
-        })
+        ops.try_send(
+            Op::Finish {
+                live: tape.clone(),
+                status,
+                message: None,
+                only,
+                done,
+            }
+            .into(),
+        )
         .unwrap();
         answer
     };
     let cancel = finish(Status::Cancelled, crate::store::EndIf::Always);
     let complete = finish(Status::Completed, crate::store::EndIf::Holds(1));
-    ops.try_send(Op::Close).unwrap();
+    ops.try_send(Op::Close.into()).unwrap();
     let thread = std::thread::spawn(move || pipeline.run(queue));
     assert!(!complete.await.unwrap().unwrap(), "the complete lost");
     assert_eq!(
