@@ -17,35 +17,11 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
     let second = store.start(&id("second")).await.unwrap();
     store.close().await;
 
-    let writer = Writer::new(
-        handle.inner.db.clone(),
-        handle.inner.journal.clone(),
-        WriterSettings {
-            retention_ms: ms(RETENTION),
-            tombstone_ms: ms(RETENTION),
-            clock: Arc::new(clock.clone()),
-            commit_interval: INTERVAL,
-        },
-    );
+    let writer = pipeline_over(&handle, &clock, INTERVAL);
     let (ops, queue) = mpsc::channel(8);
     let append = |writer: &TapeWriter, index: u64| {
-        let (done, ack) = oneshot::channel();
-        let chunk = Chunk {
-            index,
-            offset: index,
-            data: bytes::Bytes::from_static(b"x"),
-            committed_ms: 0,
-        };
-        ops.try_send(
-            Op::Append {
-                live: writer.tape().clone(),
-                session: writer.session(),
-                chunk,
-                done,
-            }
-            .into(),
-        )
-        .unwrap();
+        let (op, ack) = one_byte_append(writer.tape(), writer.session(), index);
+        ops.try_send(op.into()).unwrap();
         ack
     };
     async fn committed(ack: oneshot::Receiver<crate::Result<u64>>) -> Instant {

@@ -46,6 +46,49 @@ const CHILD_LIVE: &str = "live-at-kill";
 /// The child's live recording holds at least this many acknowledged chunks when it is killed.
 const CHILD_ACKED_BEFORE_KILL: u64 = 20;
 
+/// A commit pipeline over `store`'s file, for tests that queue ops before it runs (the
+/// store's own pipeline closed first).
+pub(super) fn pipeline_over(
+    store: &Store,
+    clock: &ManualClock,
+    commit_interval: Duration,
+) -> Writer {
+    let settings = WriterSettings {
+        retention_ms: ms(RETENTION),
+        tombstone_ms: ms(RETENTION),
+        clock: Arc::new(clock.clone()),
+        commit_interval,
+    };
+    Writer::new(
+        store.inner.db.clone(),
+        store.inner.journal.clone(),
+        settings,
+    )
+}
+
+/// An append of the one-byte chunk `x` to `tape` at `index` (and offset `index`) from producer
+/// `session`, with the receiver of its answer.
+pub(super) fn one_byte_append(
+    tape: &Arc<Tape>,
+    session: u64,
+    index: u64,
+) -> (Op, oneshot::Receiver<crate::Result<u64>>) {
+    let (done, answer) = oneshot::channel();
+    let chunk = Chunk {
+        index,
+        offset: index,
+        data: bytes::Bytes::from_static(b"x"),
+        committed_ms: 0,
+    };
+    let op = Op::Append {
+        live: tape.clone(),
+        session,
+        chunk,
+        done,
+    };
+    (op, answer)
+}
+
 pub(super) fn db_path(dir: &TempDir) -> PathBuf {
     dir.path().join("tapedeck.redb")
 }

@@ -166,36 +166,12 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
 
     // Queue everything before the writer runs, so that it shares one transaction: an append
     // applied before the failing end, the end, and an append after it.
-    let writer = Writer::new(
-        handle.inner.db.clone(),
-        handle.inner.journal.clone(),
-        WriterSettings {
-            retention_ms: ms(RETENTION),
-            tombstone_ms: ms(RETENTION),
-            clock: Arc::new(clock.clone()),
-            commit_interval: std::time::Duration::ZERO,
-        },
-    );
+    let writer = pipeline_over(&handle, &clock, Duration::ZERO);
     let (ops, queue) = mpsc::channel(8);
     let mut acks = Vec::new();
     let append = |tape: &Arc<Tape>| {
-        let (done, ack) = oneshot::channel();
-        let chunk = Chunk {
-            index: 0,
-            offset: 0,
-            data: bytes::Bytes::from_static(b"x"),
-            committed_ms: 0,
-        };
-        ops.try_send(
-            Op::Append {
-                live: tape.clone(),
-                session: 1,
-                chunk,
-                done,
-            }
-            .into(),
-        )
-        .unwrap();
+        let (op, ack) = one_byte_append(tape, 1, 0);
+        ops.try_send(op.into()).unwrap();
         ack
     };
     acks.push(append(broken.tape()));
@@ -238,16 +214,7 @@ async fn an_end_that_lost_is_answered_after_the_winner_is_published() {
     let writer = store.start(&id("raced")).await.unwrap();
     let tape = writer.tape().clone();
     store.close().await;
-    let pipeline = Writer::new(
-        handle.inner.db.clone(),
-        handle.inner.journal.clone(),
-        WriterSettings {
-            retention_ms: ms(RETENTION),
-            tombstone_ms: ms(RETENTION),
-            clock: Arc::new(clock.clone()),
-            commit_interval: std::time::Duration::ZERO,
-        },
-    );
+    let pipeline = pipeline_over(&handle, &clock, Duration::ZERO);
     let (ops, queue) = mpsc::channel(8);
     let finish = |status, only| {
         let (done, answer) = oneshot::channel();
