@@ -87,23 +87,70 @@ async fn first_message_may_carry_content_and_complete() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn half_close_completes_the_recording() {
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start_in(dir.path()).await;
-    let client = server.recorder().await;
-    let recording = Recording::open(&client, ID).await;
-    recording.send("no complete flag").await;
+/// Ends a Record call's request stream without `complete=true` and returns its answer.
+async fn end_without_complete(recording: Recording) -> tapedeck::pb::RecordResponse {
     let Recording { tx, answer } = recording;
     drop(tx);
-    let answer = tokio::time::timeout(WAIT, answer)
+    tokio::time::timeout(WAIT, answer)
         .await
         .unwrap()
         .unwrap()
-        .unwrap();
-    assert_eq!(answer.status, RecordStatus::Success as i32);
+        .unwrap()
+}
+
+#[tokio::test]
+async fn an_end_of_stream_without_complete_is_not_a_completion() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await; // no grace: interrupted at once
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("no complete flag").await;
+    let answer = end_without_complete(recording).await;
+    assert_eq!(answer.status, RecordStatus::Error as i32, "{answer:?}");
+    assert!(answer.error_message.contains("complete=true"), "{answer:?}");
+    assert!(
+        answer.error_message.contains("resume_from_offset=16"),
+        "{answer:?}"
+    );
     let replayed = replay_text(&client, ID).await.unwrap();
     assert_eq!(replayed.text, "no complete flag");
+    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    let info = recordings_client(server.addr)
+        .await
+        .get(tapedeck::pb::tapedeck::GetRecordingRequest {
+            conversation_id: ID.to_vec(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(
+        info.end_message.contains("ended without complete=true"),
+        "{info:?}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_producer_whose_stream_ended_without_complete_resumes_and_completes() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tapedeck::config::Config {
+        producer_grace: Duration::from_secs(60),
+        ..test_config(dir.path())
+    };
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let recording = Recording::open(&client, ID).await;
+    recording.send("first half").await;
+    let answer = end_without_complete(recording).await;
+    assert_eq!(answer.status, RecordStatus::Error as i32, "{answer:?}");
+    // Detached, not ended: still live for a resume.
+    assert_eq!(check(&client, &[ID]).await.unwrap(), vec![ID.to_vec()]);
+    let resumed = Recording::resume(&client, ID, 10).await;
+    resumed.send(", second half").await;
+    let answer = resumed.complete().await.unwrap();
+    assert_eq!(answer.status, RecordStatus::Success as i32, "{answer:?}");
+    let replayed = replay_text(&client, ID).await.unwrap();
+    assert_eq!(replayed.text, "first half, second half");
     assert_eq!(replayed.status.as_deref(), Some("completed"));
     server.stop().await;
 }

@@ -282,3 +282,33 @@ async fn check_conversations_and_is_enabled() {
     producer.closed().await;
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_legacy_stream_that_ends_without_complete_is_told_so_and_not_completed() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await; // no grace: interrupted at once
+    let client = server.resumer().await;
+    let mut producer = LegacyProducer::start(&client, ID, "half ").await;
+    producer.send(b"", "done?", false).await;
+    assert!(producer.ack().await.success);
+    assert!(producer.ack().await.success);
+    let LegacyProducer { tx, mut acks } = producer;
+    drop(tx);
+    let last = tokio::time::timeout(WAIT, acks.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("a last response saying the recording was not completed");
+    assert!(!last.success, "{last:?}");
+    assert_eq!(last.current_offset, 10);
+    assert!(last.error_message.contains("complete=true"), "{last:?}");
+    assert!(
+        last.error_message.contains("resume_from_offset=10"),
+        "{last:?}"
+    );
+    let recorder = server.recorder().await;
+    let replayed = replay_text(&recorder, ID).await.unwrap();
+    assert_eq!(replayed.text, "half done?");
+    assert_eq!(replayed.status.as_deref(), Some("interrupted"));
+    server.stop().await;
+}

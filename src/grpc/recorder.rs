@@ -147,9 +147,10 @@ impl ResponseRecorderService for RecorderService {
     }
 }
 
-/// Appends each message's content until the producer completes (or half-closes), the stream
-/// fails (the producer detaches: it may resume), or the session is stopped by another hand
-/// (cancel, delete, supersede, idle, another producer resuming, shutdown).
+/// Appends each message's content until the producer completes (`complete=true`), its stream
+/// ends without that or fails (the producer detaches: it may resume), or the session is
+/// stopped by another hand (cancel, delete, supersede, idle, another producer resuming,
+/// shutdown).
 async fn record_stream(
     mut producer: Producer,
     first: RecordRequest,
@@ -163,7 +164,8 @@ async fn record_stream(
                 stopped = producer.stopped() => return Ok(stopped_response(stopped, &producer)),
                 message = stream.message() => match message {
                     Ok(Some(message)) => message,
-                    Ok(None) => break,
+                    // Only complete=true completes: a bare end may be a cancelled call.
+                    Ok(None) => return Ok(error_response(producer.end_without_complete())),
                     Err(status) => {
                         let status = incoming_error(status);
                         producer.detach(format!("producer stream failed: {}", status.message()));

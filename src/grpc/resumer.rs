@@ -226,7 +226,9 @@ async fn next_owed(owed: &mut VecDeque<Owed>) -> Option<StreamResponseTokenRespo
 /// it is committed, with the committed length (a resent token that was already committed, at
 /// once, with the length it reaches); a refused message at once with `success=false` (the
 /// stream goes on). When the session is stopped by another hand the producer gets one last
-/// response (`cancel_requested=true` for a cancel or delete) and the stream closes.
+/// response (`cancel_requested=true` for a cancel or delete) and the stream closes. A request
+/// stream that ends without `complete=true` detaches the producer, and gets a last
+/// `success=false` saying how to resume or finish.
 async fn stream_tokens(
     mut producer: Producer,
     first: StreamResponseTokenRequest,
@@ -246,7 +248,11 @@ async fn stream_tokens(
             continue;
         }
         if !input_open && pending.is_empty() {
-            break;
+            // Only complete=true completes: a bare end may be a cancelled call.
+            let bytes = producer.progress().bytes;
+            let message = producer.end_without_complete();
+            let _ = responses.send(Ok(refusal(&message, bytes))).await;
+            return;
         }
         tokio::select! {
             biased;
@@ -281,7 +287,7 @@ async fn stream_tokens(
             },
         }
     }
-    // Completed (or half-closed): answer what is owed, then finish the recording.
+    // Completed: answer what is owed, then finish the recording.
     while let Some(response) = next_owed(&mut pending).await {
         let _ = responses.send(Ok(response)).await;
     }

@@ -13,6 +13,10 @@ use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::Committed;
 
+/// Why a recording detached when its producer's stream ended without `complete=true`; the
+/// end message says it if no producer resumes.
+const STREAM_ENDED_WITHOUT_COMPLETE: &str = "its request stream ended without complete=true";
+
 /// Why a producer's session stopped by another hand than its own.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Stopped {
@@ -167,6 +171,22 @@ impl Producer {
     pub async fn complete(&mut self) -> Result<Progress> {
         let writer = self.writer.take().ok_or(Error::RecordingEnded)?;
         writer.finish(Status::Completed, None).await
+    }
+
+    /// Lets go of the recording because its producer's request stream ended without a message
+    /// with `complete=true`. A clean end of stream cannot be told from a cancelled or reset
+    /// call (hyper reports a client's `RST_STREAM(CANCEL)` as a clean end), so it is not a
+    /// completion: the producer detaches as on a lost connection. Returns what to tell a
+    /// producer that is still listening.
+    pub fn end_without_complete(self) -> String {
+        let sent = self.appended_bytes();
+        self.detach(STREAM_ENDED_WITHOUT_COMPLETE.into());
+        format!(
+            "not completed: the request stream ended without a message with complete=true. \
+             The recording stays live for the producer grace period (--producer-grace): \
+             resume it with resume_from_offset={sent} and finish it with complete=true, \
+             or it ends as interrupted"
+        )
     }
 
     /// Lets go of the recording because of `reason`: it stays live for the grace period, for
