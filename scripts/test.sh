@@ -3,6 +3,8 @@
 # `cargo test` (extra arguments go to it):
 #   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
 #   - Debian's chromium, and playwright-core to drive it (tests/browser, `npm ci`);
+#   - the foreign clients of the HTTP face: @durable-streams/client and playwright-core
+#     (tests/foreign, `npm ci`);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
 #     (tests/python/requirements.txt) and what the examples need (examples/python/), made
 #     again when either file changes.
@@ -25,7 +27,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Exactly the committed package-lock.json, every time (a few seconds each).
-for dir in tests/browser conformance; do
+for dir in tests/browser tests/foreign conformance; do
     (cd "$dir" && npm ci --silent --no-audit --no-fund)
 done
 

@@ -84,6 +84,16 @@ impl HttpFace {
     }
 }
 
+/// Where an event stream is between two events.
+struct Events {
+    reader: Reader,
+    /// The cursor of the last control event (at first, the request's).
+    cursor: Option<String>,
+    first: bool,
+    /// Text read but not yet sent: the first bytes of a character whose rest is not committed.
+    held: Vec<u8>,
+}
+
 /// The event stream of `reader`.
 fn events(
     reader: Reader,
@@ -92,11 +102,21 @@ fn events(
     stop: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let deadline = tokio::time::Instant::now() + MAX_CONNECTION;
-    let state = Some((reader, cursor_param, true));
+    let state = Some(Events {
+        reader,
+        cursor: cursor_param,
+        first: true,
+        held: Vec::new(),
+    });
     futures::stream::unfold(state, move |state| {
         let stop = stop.clone();
         async move {
-            let (mut reader, cursor, first) = state?;
+            let Events {
+                mut reader,
+                cursor,
+                first,
+                mut held,
+            } = state?;
             let mut batch = Vec::new();
             let mut bytes = 0;
             // Everything committed already goes out at once.
@@ -123,7 +143,13 @@ fn events(
                         match waited {
                             Err(_) => {
                                 let keepalive = Bytes::from_static(b": keepalive\n\n");
-                                return Some((Ok(keepalive), Some((reader, cursor, false))));
+                                let next = Events {
+                                    reader,
+                                    cursor,
+                                    first: false,
+                                    held,
+                                };
+                                return Some((Ok(keepalive), Some(next)));
                             }
                             Ok(Ok(Some(piece))) => batch.push(piece.data),
                             Ok(Ok(None)) => {}
@@ -135,11 +161,23 @@ fn events(
                     }
                 }
             }
+            let closed = reader.ended();
             let mut out = BytesMut::new();
-            if !batch.is_empty() {
+            if encoding == Encoding::Text {
+                // Text goes out in whole characters and whole line breaks: an event is
+                // decoded on its own, so a character split across appends waits for the rest
+                // of its bytes, and a CR for the next byte (a CRLF is one line break).
+                let mut text = std::mem::take(&mut held);
+                text.extend(batch.iter().flat_map(|b| b.iter().copied()));
+                if !closed {
+                    held = text.split_off(text.len() - undecided_tail(&text));
+                }
+                if !text.is_empty() {
+                    data_event(&mut out, &[Bytes::from(text)], encoding);
+                }
+            } else if !batch.is_empty() {
                 data_event(&mut out, &batch, encoding);
             }
-            let closed = reader.ended();
             // Caught up when nothing more is committed right now.
             let up_to_date = closed || bytes < MAX_EVENT_BYTES;
             // The request's cursor decides the first; later ones only keep up with the time.
@@ -149,12 +187,17 @@ fn events(
             });
             control_event(
                 &mut out,
-                reader.position(),
+                reader.position() - held.len() as u64,
                 next_cursor.as_deref(),
                 up_to_date,
                 closed,
             );
-            let next = (!closed).then_some((reader, next_cursor, false));
+            let next = (!closed).then_some(Events {
+                reader,
+                cursor: next_cursor,
+                first: false,
+                held,
+            });
             Some((Ok(out.freeze()), next))
         }
     })
@@ -181,13 +224,15 @@ fn data_event(out: &mut BytesMut, batch: &[Bytes], encoding: Encoding) {
     out.put_u8(b'\n');
 }
 
-/// Writes `payload` as `data:` lines: every CR, LF or CRLF in it starts a new line, so no
-/// payload can end the event or forge another.
+/// Writes `payload` as `data: ` lines: every CR, LF or CRLF in it starts a new line, so no
+/// payload can end the event or forge another (a parser joins the lines with LF, so a CR or
+/// CRLF arrives as LF). The space after the colon is the field's separator: every SSE parser
+/// removes one, so a line that starts with a space keeps it.
 fn data_lines(out: &mut BytesMut, payload: &[u8]) {
     let mut rest = payload;
     loop {
         let cut = rest.iter().position(|&b| b == b'\n' || b == b'\r');
-        out.put_slice(b"data:");
+        out.put_slice(b"data: ");
         match cut {
             None => {
                 out.put_slice(rest);
@@ -227,9 +272,37 @@ fn control_event(
     if closed {
         control.insert("streamClosed".into(), true.into());
     }
-    out.put_slice(b"event: control\ndata:");
+    out.put_slice(b"event: control\ndata: ");
     out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());
-    out.put_slice(format!("\nid:{}\n\n", Offset(next)).as_bytes());
+    out.put_slice(format!("\nid: {}\n\n", Offset(next)).as_bytes());
+}
+
+/// How many bytes at the end of `text` wait for the next byte before they can be sent: a CR
+/// (it may start a CRLF), or the start of a UTF-8 character whose other bytes are missing.
+fn undecided_tail(text: &[u8]) -> usize {
+    if text.last() == Some(&b'\r') {
+        return 1;
+    }
+    unfinished_character(text)
+}
+
+/// How many bytes at the end of `text` are the start of a UTF-8 character whose other bytes
+/// are missing (0 to 3). Bytes that can never become a character count as whole: they go out
+/// as they are.
+fn unfinished_character(text: &[u8]) -> usize {
+    let tail = &text[text.len().saturating_sub(3)..];
+    for (back, &byte) in tail.iter().rev().enumerate() {
+        let width = match byte {
+            0x80..=0xBF => continue, // a continuation byte: its lead is further back
+            0xC2..=0xDF => 2,
+            0xE0..=0xEF => 3,
+            0xF0..=0xF4 => 4,
+            _ => return 0,
+        };
+        let have = back + 1;
+        return if have < width { have } else { 0 };
+    }
+    0
 }
 
 #[cfg(test)]
@@ -242,7 +315,32 @@ mod tests {
         data_lines(&mut out, b"a\r\n\r\nevent: control\rdata: x\n\nb");
         assert_eq!(
             &out[..],
-            b"data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:b\n"
+            b"data: a\ndata: \ndata: event: control\ndata: data: x\ndata: \ndata: b\n"
         );
+    }
+
+    #[test]
+    fn an_unfinished_character_is_held_back_and_a_whole_one_is_not() {
+        let crab = "🦀".as_bytes(); // four bytes
+        for cut in 1..4 {
+            let mut text = b"hi ".to_vec();
+            text.extend_from_slice(&crab[..cut]);
+            assert_eq!(unfinished_character(&text), cut);
+        }
+        assert_eq!(unfinished_character("hi 🦀".as_bytes()), 0);
+        assert_eq!(unfinished_character("é".as_bytes()), 0);
+        assert_eq!(unfinished_character(&"é".as_bytes()[..1]), 1);
+        assert_eq!(unfinished_character(b""), 0);
+        // Bytes that can never be a character are not held.
+        assert_eq!(unfinished_character(b"a\xff"), 0);
+        assert_eq!(unfinished_character(b"\x80\x80\x80"), 0);
+    }
+
+    #[test]
+    fn a_trailing_cr_waits_for_the_next_byte() {
+        assert_eq!(undecided_tail(b"line\r"), 1);
+        assert_eq!(undecided_tail(b"line\r\n"), 0);
+        assert_eq!(undecided_tail(b"line\n"), 0);
+        assert_eq!(undecided_tail(&"x🦀".as_bytes()[..3]), 2);
     }
 }
