@@ -32,20 +32,27 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     for token in before {
         recording.send(token).await;
     }
-    let saved: usize = before.iter().map(|t| t.len()).sum();
-    recording.send("there ").await;
-    // Committed past the saved offset once a replay from there has its first message.
+    // Committed once a replay has them all.
     let client = server.recorder().await;
-    let mut after = replay_when_live(&client, b"browser-chat", saved as i64)
-        .await
-        .unwrap();
-    let first = tokio::time::timeout(WAIT, after.message()).await.unwrap();
-    assert_eq!(first.unwrap().unwrap().content, "there ");
+    let mut replay = replay_when_live(&client, b"browser-chat", 0).await.unwrap();
+    let mut seen = String::new();
+    while seen.len() < before.concat().len() {
+        let message = tokio::time::timeout(WAIT, replay.message()).await.unwrap();
+        seen.push_str(&message.unwrap().unwrap().content);
+    }
+    // The page read them over HTTP and kept the offset the protocol gave it.
+    let read = reqwest::get(format!("{url}?offset=-1")).await.unwrap();
+    let saved = read.headers()["stream-next-offset"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(read.text().await.unwrap(), before.concat());
+    recording.send("there ").await;
 
     let mut page = Command::new("node")
         .arg(format!("{ROOT}/tests/browser/resume.mjs"))
         .arg(&url)
-        .arg(format!("0000000000000000_{saved:016}"))
+        .arg(&saved)
         .stdout(Stdio::piped())
         .stderr(Stdio::inherit())
         .spawn()

@@ -529,22 +529,6 @@ async fn a_stale_owner_never_overwrites_or_removes_a_newer_owners_entry() {
     );
 }
 
-/// The Python of the venv `scripts/test.sh` prepares for Memory Service's Python client.
-fn client_python() -> std::path::PathBuf {
-    let venv = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/target/python-client/bin/python"
-    );
-    let python: std::path::PathBuf =
-        std::env::var_os("TAPEDECK_TEST_PYTHON").map_or(venv.into(), Into::into);
-    assert!(
-        std::path::Path::new(&python).exists(),
-        "no Python environment for Memory Service's client at {}; run scripts/test.sh",
-        python.display()
-    );
-    python
-}
-
 #[tokio::test]
 async fn memory_services_python_client_replays_through_a_redirect() {
     let cluster = Cluster::start(&[]);
@@ -565,7 +549,7 @@ async fn memory_services_python_client_replays_through_a_redirect() {
         env!("CARGO_MANIFEST_DIR"),
         "/tests/python/replay_through_redirect.py"
     );
-    let output = tokio::process::Command::new(client_python())
+    let output = tokio::process::Command::new(common::python::python())
         .arg(script)
         .args(["chat-py", "chat-py-live"])
         .env(

@@ -8,35 +8,10 @@ use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use common::{BinaryServer, WAIT};
+use common::python::{generate_stubs, python};
+use common::{BinaryServer, WAIT, replay_text};
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
-
-/// The Python of the venv `scripts/test.sh` prepares.
-fn python() -> std::path::PathBuf {
-    let venv = format!("{ROOT}/target/python-client/bin/python");
-    let python: std::path::PathBuf =
-        std::env::var_os("TAPEDECK_TEST_PYTHON").map_or(venv.into(), Into::into);
-    assert!(
-        python.exists(),
-        "no Python environment at {}; run scripts/test.sh",
-        python.display()
-    );
-    python
-}
-
-/// Generates the stubs of the current API into `out`.
-fn generate_stubs(out: &Path) {
-    let status = Command::new(python())
-        .args(["-m", "grpc_tools.protoc"])
-        .arg(format!("-I{ROOT}/proto"))
-        .arg(format!("--python_out={}", out.display()))
-        .arg(format!("--grpc_python_out={}", out.display()))
-        .arg(format!("{ROOT}/proto/memory/v1/response_recorder.proto"))
-        .status()
-        .unwrap();
-    assert!(status.success(), "grpc_tools.protoc failed");
-}
 
 fn example(stubs: &Path, script: &str) -> Command {
     let mut command = Command::new(python());
@@ -108,7 +83,13 @@ async fn the_python_agent_records_and_the_resumer_follows_it_from_a_saved_offset
         "{}",
         String::from_utf8_lossy(&agent.stderr)
     );
-    assert_eq!(String::from_utf8(agent.stdout).unwrap().trim(), "34");
+    // What the server holds, not what the agent says it sent.
+    let replayed = replay_text(&server.recorder().await, b"py-example")
+        .await
+        .unwrap();
+    assert_eq!(replayed.text, tokens.concat());
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
+    assert_eq!(replayed.end_offset, Some(34));
     let resumer = resumer.wait_with_output().unwrap();
     let stderr = String::from_utf8(resumer.stderr).unwrap();
     assert!(resumer.status.success(), "{stderr}");

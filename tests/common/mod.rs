@@ -19,6 +19,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::transport::Channel;
 use tonic::{Status, Streaming};
 
+pub(crate) mod python;
 pub(crate) mod redis_server;
 
 /// How long any single wait in a test may take before the test fails.
