@@ -224,24 +224,25 @@ fn data_event(out: &mut BytesMut, batch: &[Bytes], encoding: Encoding) {
     out.put_u8(b'\n');
 }
 
-/// Writes `payload` as `data: ` lines: every CR, LF or CRLF in it starts a new line, so no
+/// Writes `payload` as `data:` lines: every CR, LF or CRLF in it starts a new line, so no
 /// payload can end the event or forge another (a parser joins the lines with LF, so a CR or
-/// CRLF arrives as LF). The space after the colon is the field's separator: every SSE parser
-/// removes one, so a line that starts with a space keeps it.
+/// CRLF arrives as LF). Every SSE parser removes one space after the colon, so a line that
+/// starts with a space is written after the separator space (`data: ` + line) and keeps it;
+/// other lines follow the colon directly, as the protocol's conformance suite expects.
 fn data_lines(out: &mut BytesMut, payload: &[u8]) {
     let mut rest = payload;
     loop {
         let cut = rest.iter().position(|&b| b == b'\n' || b == b'\r');
-        out.put_slice(b"data: ");
+        let line = &rest[..cut.unwrap_or(rest.len())];
+        out.put_slice(b"data:");
+        if line.first() == Some(&b' ') {
+            out.put_u8(b' ');
+        }
+        out.put_slice(line);
+        out.put_u8(b'\n');
         match cut {
-            None => {
-                out.put_slice(rest);
-                out.put_u8(b'\n');
-                return;
-            }
+            None => return,
             Some(at) => {
-                out.put_slice(&rest[..at]);
-                out.put_u8(b'\n');
                 let skip = if rest[at] == b'\r' && rest.get(at + 1) == Some(&b'\n') {
                     2
                 } else {
@@ -272,7 +273,7 @@ fn control_event(
     if closed {
         control.insert("streamClosed".into(), true.into());
     }
-    out.put_slice(b"event: control\ndata: ");
+    out.put_slice(b"event: control\ndata:");
     out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());
     out.put_slice(format!("\nid: {}\n\n", Offset(next)).as_bytes());
 }
@@ -315,8 +316,15 @@ mod tests {
         data_lines(&mut out, b"a\r\n\r\nevent: control\rdata: x\n\nb");
         assert_eq!(
             &out[..],
-            b"data: a\ndata: \ndata: event: control\ndata: data: x\ndata: \ndata: b\n"
+            b"data:a\ndata:\ndata:event: control\ndata:data: x\ndata:\ndata:b\n"
         );
+    }
+
+    #[test]
+    fn a_line_that_starts_with_a_space_keeps_it_after_the_separator() {
+        let mut out = BytesMut::new();
+        data_lines(&mut out, b" world\n  two\nthree ");
+        assert_eq!(&out[..], b"data:  world\ndata:   two\ndata:three \n");
     }
 
     #[test]
