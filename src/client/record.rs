@@ -25,7 +25,9 @@ pub struct RecordOptions {
     pub retention: Option<Duration>,
 }
 
-/// An open producer session.
+/// An open producer session. Only [`complete`](Self::complete) completes the recording:
+/// dropping the session ends its request stream without `complete=true`, which the server
+/// takes as a producer that went away (the recording waits `--producer-grace` for a resume).
 #[derive(Debug)]
 pub struct Recording {
     tx: mpsc::Sender<RecordRequest>,
