@@ -88,6 +88,17 @@ struct ServeArgs {
     #[arg(long, env = "TAPEDECK_HTTP_LISTEN", value_parser = parse_http_listen,
           default_value_t = HttpListen(Config::default().http_listen))]
     http_listen: HttpListen,
+    /// Longest a request to the HTTP face may take to arrive, its head and then its body
+    /// (more than zero); an idle keep-alive connection is closed after it too.
+    #[arg(long, env = "TAPEDECK_HTTP_REQUEST_TIMEOUT", value_parser = parse_positive_duration,
+          default_value_t = humantime::Duration::from(Config::default().http_bounds.request_timeout))]
+    http_request_timeout: humantime::Duration,
+    /// Most connections the HTTP face serves at once (more than zero); one more is answered
+    /// 503 and closed.
+    #[arg(long, env = "TAPEDECK_HTTP_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = Config::default().http_bounds.max_connections as u32)]
+    http_max_connections: u32,
     /// Directory of the database file.
     #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
     data_dir: PathBuf,
@@ -277,6 +288,10 @@ fn main() -> ExitCode {
     let config = Config {
         listen: args.listen,
         http_listen: args.http_listen.0,
+        http_bounds: tapedeck::http::Bounds {
+            request_timeout: args.http_request_timeout.into(),
+            max_connections: args.http_max_connections as usize,
+        },
         data_dir: args.data_dir,
         retention: args.retention.into(),
         max_retention: args.max_retention.into(),
@@ -507,6 +522,8 @@ fn log_config(config: &Config) {
     tracing::info!(
         listen = %config.listen,
         http_listen = ?config.http_listen,
+        http_request_timeout = %humantime::format_duration(config.http_bounds.request_timeout),
+        http_max_connections = config.http_bounds.max_connections,
         data_dir = %config.data_dir.display(),
         retention = %humantime::format_duration(config.retention),
         max_retention = %humantime::format_duration(config.max_retention),

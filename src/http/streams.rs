@@ -191,6 +191,8 @@ impl Streams {
                     state.own = writer.appended_bytes();
                     state.writer = Some(writer);
                 }
+                // Not taken over because the server is stopping: still open in the file.
+                Err(Error::ShuttingDown) => return Err(Error::ShuttingDown),
                 Err(err) if !err.is_storage() => state.closed = true,
                 Err(err) => return Err(err),
             }
@@ -213,7 +215,13 @@ impl Streams {
     }
 
     /// A producer session on open stream `id`, whose `committed` bytes are stored.
+    ///
+    /// Fails with `ShuttingDown` once the server has begun to stop (the stream stays open in
+    /// the file, for the next run), or as [`crate::recorder::Recordings::resume`] does.
     async fn take_over(&self, id: &ConversationId, committed: u64) -> Result<TapeWriter> {
+        if self.recorder.is_shutting_down() {
+            return Err(Error::ShuttingDown);
+        }
         let committed = match self.recorder.recordings().live(id.key()) {
             Some(tape) => tape.progress().bytes,
             None => committed,
