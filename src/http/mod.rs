@@ -363,7 +363,8 @@ impl HttpFace {
     /// the connection is closed (what is left of the body would be read as the next request).
     async fn read_body(&self, body: Body) -> std::result::Result<bytes::Bytes, Reply> {
         let timeout = self.bounds.request_timeout;
-        let Ok(read) = tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await
+        let Ok(read) =
+            tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await
         else {
             self.slow_bodies.bite(|count| {
                 tracing::warn!(

@@ -52,7 +52,7 @@ impl State {
         let ttl_passed = self
             .row
             .ttl_secs
-            .is_some_and(|ttl| now_ms >= self.touched_ms.saturating_add(ttl * 1000));
+            .is_some_and(|ttl| now_ms >= self.touched_ms.saturating_add(ttl.saturating_mul(1000)));
         let expiry_passed = self.row.expires_at_ms.is_some_and(|at| now_ms >= at);
         ttl_passed || expiry_passed
     }

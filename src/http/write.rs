@@ -160,7 +160,7 @@ impl HttpFace {
         }
         let chunks = chunks_of(&row.content_type, ask.body.clone(), true)?;
         self.check_size(&chunks, 0)?;
-        let retention_ms = ask.ttl_secs.map(|ttl| ttl * 1000);
+        let retention_ms = ask.ttl_secs.map(|ttl| ttl.saturating_mul(1000));
         let recordings = self.recorder.recordings();
         let writer = recordings
             .start_with_row(id, retention_ms, Some(&row))
