@@ -241,7 +241,11 @@ fn main() -> ExitCode {
         Err(err) => {
             let text = err.to_string();
             let first = text.lines().next().unwrap_or_default();
-            return usage_error(first.trim_start_matches("error: "));
+            let first = first.trim_start_matches("error: ");
+            return match env_of(&err) {
+                Some(env) => usage_error(&format!("{first} (flag or {env})")),
+                None => usage_error(first),
+            };
         }
     };
     let args = match cli.command {
@@ -400,6 +404,23 @@ fn token(args: TokenArgs) -> ExitCode {
 }
 
 /// The error and its causes on one line, skipping causes its message already spells out.
+/// The environment variable of the setting a command-line error is about, if it has one: a
+/// value from the environment is refused with the same words as one from the flag.
+fn env_of(err: &clap::Error) -> Option<String> {
+    use clap::CommandFactory;
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    Cli::command()
+        .get_subcommands()
+        .flat_map(|command| command.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+}
+
 fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
