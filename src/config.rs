@@ -15,6 +15,8 @@ pub struct Config {
     /// Address the HTTP face (Durable Streams) listens on; `None` turns it off. Default
     /// `127.0.0.1:4437`, the protocol's port.
     pub http_listen: Option<SocketAddr>,
+    /// How the HTTP face bounds its connections and the time a request takes to arrive.
+    pub http_bounds: crate::http::Bounds,
     /// Directory holding the database file `tapedeck.redb`. Default `./tapedeck-data`.
     pub data_dir: PathBuf,
     /// How long a finished recording stays replayable. Default 30 minutes.
@@ -82,6 +84,7 @@ impl Default for Config {
             listen: SocketAddr::from(([127, 0, 0, 1], 9090)),
             data_dir: PathBuf::from("./tapedeck-data"),
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 4437))),
+            http_bounds: crate::http::Bounds::default(),
             retention: Duration::from_secs(30 * 60),
             max_retention: Duration::from_secs(7 * 24 * 60 * 60),
             tombstone_retention: Duration::from_secs(24 * 60 * 60),

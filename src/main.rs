@@ -88,6 +88,17 @@ struct ServeArgs {
     #[arg(long, env = "TAPEDECK_HTTP_LISTEN", value_parser = parse_http_listen,
           default_value_t = HttpListen(Config::default().http_listen))]
     http_listen: HttpListen,
+    /// Longest a request to the HTTP face may take to arrive, its head and then its body
+    /// (more than zero); an idle keep-alive connection is closed after it too.
+    #[arg(long, env = "TAPEDECK_HTTP_REQUEST_TIMEOUT", value_parser = parse_positive_duration,
+          default_value_t = humantime::Duration::from(Config::default().http_bounds.request_timeout))]
+    http_request_timeout: humantime::Duration,
+    /// Most connections the HTTP face serves at once (more than zero); one more is answered
+    /// 503 and closed.
+    #[arg(long, env = "TAPEDECK_HTTP_MAX_CONNECTIONS",
+          value_parser = clap::value_parser!(u32).range(1..),
+          default_value_t = Config::default().http_bounds.max_connections as u32)]
+    http_max_connections: u32,
     /// Directory of the database file.
     #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
     data_dir: PathBuf,
@@ -230,7 +241,11 @@ fn main() -> ExitCode {
         Err(err) => {
             let text = err.to_string();
             let first = text.lines().next().unwrap_or_default();
-            return usage_error(first.trim_start_matches("error: "));
+            let first = first.trim_start_matches("error: ");
+            return match env_of(&err) {
+                Some(env) => usage_error(&format!("{first} (flag or {env})")),
+                None => usage_error(first),
+            };
         }
     };
     let args = match cli.command {
@@ -277,6 +292,10 @@ fn main() -> ExitCode {
     let config = Config {
         listen: args.listen,
         http_listen: args.http_listen.0,
+        http_bounds: tapedeck::http::Bounds {
+            request_timeout: args.http_request_timeout.into(),
+            max_connections: args.http_max_connections as usize,
+        },
         data_dir: args.data_dir,
         retention: args.retention.into(),
         max_retention: args.max_retention.into(),
@@ -385,6 +404,23 @@ fn token(args: TokenArgs) -> ExitCode {
 }
 
 /// The error and its causes on one line, skipping causes its message already spells out.
+/// The environment variable of the setting a command-line error is about, if it has one: a
+/// value from the environment is refused with the same words as one from the flag.
+fn env_of(err: &clap::Error) -> Option<String> {
+    use clap::CommandFactory;
+    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
+    else {
+        return None;
+    };
+    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
+    Cli::command()
+        .get_subcommands()
+        .flat_map(|command| command.get_arguments())
+        .find(|a| a.get_long() == Some(long))
+        .and_then(|a| a.get_env())
+        .map(|env| env.to_string_lossy().into_owned())
+}
+
 fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
@@ -507,6 +543,8 @@ fn log_config(config: &Config) {
     tracing::info!(
         listen = %config.listen,
         http_listen = ?config.http_listen,
+        http_request_timeout = %humantime::format_duration(config.http_bounds.request_timeout),
+        http_max_connections = config.http_bounds.max_connections,
         data_dir = %config.data_dir.display(),
         retention = %humantime::format_duration(config.retention),
         max_retention = %humantime::format_duration(config.max_retention),

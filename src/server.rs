@@ -100,7 +100,7 @@ pub async fn run(
         None => None,
     };
     let http = http_listener.map(|http_listener| {
-        let face = crate::http::HttpFace::new(recorder.clone(), guard.clone());
+        let face = crate::http::HttpFace::new(recorder.clone(), guard.clone(), config.http_bounds);
         let stop = lifecycle.stop.clone();
         tokio::spawn(crate::http::serve(
             http_listener,

@@ -200,3 +200,17 @@ fn text_logs_to_a_pipe_carry_no_colour_escapes() {
         assert!(!line.contains('\u{1b}'), "escape code in: {line:?}");
     }
 }
+
+#[test]
+fn zero_http_face_bounds_are_refused_naming_flag_and_variable() {
+    assert_bad_setting(
+        &["--http-request-timeout", "0s"],
+        "--http-request-timeout",
+        "TAPEDECK_HTTP_REQUEST_TIMEOUT",
+    );
+    assert_bad_setting(
+        &["--http-max-connections", "0"],
+        "--http-max-connections",
+        "TAPEDECK_HTTP_MAX_CONNECTIONS",
+    );
+}

@@ -155,3 +155,53 @@ async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
     assert!(record_calls[0]["fields"]["duration_ms"].as_f64().unwrap() > 0.0);
     assert_eq!(record_calls[0]["level"], "INFO");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_http_refusal_is_counted_once() {
+    const SECRET: &str = "a-grant-secret-of-thirty-two-bytes-or-more";
+    let dir = tempfile::tempdir().unwrap();
+    let (metrics, http) = (free_port(), free_port());
+    let (metrics_arg, http_arg) = (metrics.to_string(), http.to_string());
+    let server = BinaryServer::spawn(
+        dir.path(),
+        &[
+            "--metrics-listen",
+            &metrics_arg,
+            "--http-listen",
+            &http_arg,
+            "--jwt-secret",
+            SECRET,
+        ],
+    );
+    let claims = tapedeck::access::Claims {
+        sub: "user-1".into(),
+        exp: std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_secs()
+            + 600,
+        nbf: None,
+        iss: None,
+        aud: None,
+        conversations: [("elsewhere".to_string(), tapedeck::access::Role::Writer)].into(),
+    };
+    let grant = tapedeck::access::mint(&tapedeck::access::Secret::new(SECRET), &claims).unwrap();
+    let url = format!("http://{http}/v1/stream/private");
+    let client = reqwest::Client::new();
+    let denied = client.put(&url).bearer_auth(&grant).send().await.unwrap();
+    assert_eq!(denied.status(), reqwest::StatusCode::FORBIDDEN);
+    let anonymous = client.put(&url).send().await.unwrap();
+    assert_eq!(anonymous.status(), reqwest::StatusCode::UNAUTHORIZED);
+
+    let counted = scrape(metrics);
+    let refusals = |reason| {
+        value(
+            &counted,
+            "tapedeck_auth_refusals_total",
+            &[("reason", reason)],
+        )
+    };
+    assert_eq!(refusals("permission_denied"), Some(1.0));
+    assert_eq!(refusals("unauthenticated"), Some(1.0));
+    drop(server);
+}

@@ -49,15 +49,14 @@ pub(crate) fn principal(
     })
 }
 
-/// Checks that `principal` may do `operation` on stream `id`: 403 if not.
+/// Checks that `principal` may do `operation` on stream `id`: 403 if not. The refusal is
+/// counted and logged by [`Principal::authorize`], as on gRPC: not again here.
 pub(crate) fn authorize(
     principal: &Principal,
     operation: Operation,
     id: &ConversationId,
 ) -> Result<(), Reply> {
-    principal.authorize(operation, id).map_err(|err| {
-        metrics::counter!(crate::metrics::AUTH_REFUSALS, "reason" => "permission_denied")
-            .increment(1);
-        Reply::refuse(StatusCode::FORBIDDEN, err.client_message())
-    })
+    principal
+        .authorize(operation, id)
+        .map_err(|err| Reply::refuse(StatusCode::FORBIDDEN, err.client_message()))
 }

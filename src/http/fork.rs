@@ -1,12 +1,14 @@
 //! Forks: a create with `Stream-Forked-From` inherits its source's bytes up to an offset
 //! (refined by `Stream-Fork-Sub-Offset`) without copying them; the source counts its forks in
-//! its row, so that it stays while any reads from it.
+//! its row, so that it stays while any reads from it. The count and the fork are one commit.
+use std::sync::Arc;
+
 use http::StatusCode;
 
 use super::HttpFace;
 use super::json;
 use super::reply::Reply;
-use super::streams::{Found, State};
+use super::streams::{Found, Handle, State};
 use super::write::{failed, same_type};
 use crate::id::ConversationId;
 use crate::store::{ForkOf, StreamRow};
@@ -19,31 +21,39 @@ pub(crate) struct ForkAsk {
 }
 
 impl HttpFace {
-    /// Checks a fork's source and counts the fork in its row; fills in `row.fork`.
+    /// The stream a fork reads from: 404 when there is none, 409 when it was deleted.
+    pub(crate) async fn fork_source(&self, ask: &ForkAsk) -> Result<Arc<Handle>, Reply> {
+        match self.streams.find(&ask.source).await.map_err(failed)? {
+            Found::Stream(handle) => Ok(handle),
+            Found::SoftDeleted => Err(Reply::refuse(
+                StatusCode::CONFLICT,
+                format!("the stream to fork from, {}, was deleted", ask.source),
+            )),
+            // A recording made over gRPC cannot be a source: it has no row to count forks in.
+            Found::Recording | Found::Missing => Err(source_missing(&ask.source)),
+        }
+    }
+
+    /// Checks a fork against its `source` (whose lock the caller holds until the fork's
+    /// create is committed) and fills in `row.fork`. The store counts the fork in the
+    /// source's row in the commit that creates it; the caller then counts it in `source`.
     pub(crate) async fn fork_from(
         &self,
         ask: &ForkAsk,
         asked_type: Option<&str>,
+        source: &mut State,
         row: &mut StreamRow,
     ) -> Result<(), Reply> {
-        let not_found = || {
-            Reply::refuse(
-                StatusCode::NOT_FOUND,
-                format!("the stream to fork from, {}, does not exist", ask.source),
-            )
-        };
-        let handle = match self.streams.find(&ask.source).await.map_err(failed)? {
-            Found::Stream(handle) => handle,
-            Found::SoftDeleted => {
-                return Err(Reply::refuse(
-                    StatusCode::CONFLICT,
-                    format!("the stream to fork from, {}, was deleted", ask.source),
-                ));
-            }
-            // A recording made over gRPC cannot be a source: it has no row to count forks in.
-            Found::Recording | Found::Missing => return Err(not_found()),
-        };
-        let mut source = handle.state.lock().await;
+        // Deleted between finding it and taking its lock.
+        if source.gone {
+            return Err(source_missing(&ask.source));
+        }
+        if source.row.soft_deleted {
+            return Err(Reply::refuse(
+                StatusCode::CONFLICT,
+                format!("the stream to fork from, {}, was deleted", ask.source),
+            ));
+        }
         source.refresh();
         if source.row.ttl_secs.is_some() || source.row.expires_at_ms.is_some() {
             source.touched_ms = self.streams.now_ms();
@@ -75,7 +85,7 @@ impl HttpFace {
             ));
         }
         let offset = self
-            .sub_offset(&ask.source, &source, anchor, ask.sub_offset)
+            .sub_offset(&ask.source, source, anchor, ask.sub_offset)
             .await?;
         let generation = self.generation_of(&ask.source).await?;
         row.fork = Some(ForkOf {
@@ -85,12 +95,6 @@ impl HttpFace {
             anchor,
             sub_offset: ask.sub_offset,
         });
-        source.row.forks += 1;
-        let store = self.recorder.recordings().store();
-        store
-            .put_stream_row(ask.source.key(), Some(&source.row))
-            .await
-            .map_err(failed)?;
         Ok(())
     }
 
@@ -150,22 +154,15 @@ impl HttpFace {
         let store = self.recorder.recordings().store();
         match store.meta(id.key()).await.map_err(failed)? {
             Some(meta) => Ok(meta.generation),
-            None => Err(Reply::refuse(
-                StatusCode::NOT_FOUND,
-                format!("the stream to fork from, {id}, does not exist"),
-            )),
+            None => Err(source_missing(id)),
         }
     }
+}
 
-    /// Uncounts a fork whose create failed.
-    pub(crate) async fn release_source(&self, source: u128) {
-        if let Some(handle) = self.streams.get(source) {
-            let mut state = handle.state.lock().await;
-            state.row.forks = state.row.forks.saturating_sub(1);
-            let store = self.recorder.recordings().store();
-            if let Err(err) = store.put_stream_row(source, Some(&state.row)).await {
-                tracing::warn!(error = %err, "could not uncount a failed fork");
-            }
-        }
-    }
+/// 404 for a fork whose source is not there.
+pub(crate) fn source_missing(source: &ConversationId) -> Reply {
+    Reply::refuse(
+        StatusCode::NOT_FOUND,
+        format!("the stream to fork from, {source}, does not exist"),
+    )
 }

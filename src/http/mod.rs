@@ -8,7 +8,10 @@
 //! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
+//! - `connections`: accepting connections within `--http-max-connections` and
+//!   `--http-request-timeout`.
 mod access;
+mod connections;
 mod cursor;
 mod fork;
 mod json;
@@ -30,7 +33,7 @@ use axum::extract::{Path, Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tokio::net::TcpListener;
-use tower_http::cors::{AllowHeaders, AllowOrigin, CorsLayer};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use crate::access::{Guard, Operation};
 use crate::error::{Error, Result};
@@ -39,6 +42,8 @@ use crate::recorder::Recorder;
 use offset::ReadFrom;
 use reply::{Replied, Reply};
 use streams::Streams;
+
+pub use connections::Bounds;
 
 /// Largest request body accepted, in bytes.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
@@ -50,15 +55,20 @@ pub struct HttpFace {
     recorder: Recorder,
     streams: Arc<Streams>,
     guard: Guard,
+    bounds: Bounds,
+    /// Slow bodies cut, for a rate-limited warning.
+    slow_bodies: connections::Warning,
 }
 
 impl HttpFace {
-    /// A face over `recorder`, admitting the callers `guard` does.
-    pub fn new(recorder: Recorder, guard: Guard) -> Arc<Self> {
+    /// A face over `recorder`, admitting the callers `guard` does, within `bounds`.
+    pub fn new(recorder: Recorder, guard: Guard, bounds: Bounds) -> Arc<Self> {
         Arc::new(Self {
             streams: Arc::new(Streams::new(recorder.clone())),
             recorder,
             guard,
+            bounds,
+            slow_bodies: connections::Warning::default(),
         })
     }
 }
@@ -67,7 +77,7 @@ impl HttpFace {
 /// last run left open, expires streams every `sweep_interval`, and lets go of open streams
 /// when the recorder stops.
 ///
-/// Fails when the listener breaks, or the open streams cannot be read.
+/// Fails when the listener's address cannot be read, or the open streams cannot be read.
 pub async fn serve(
     listener: TcpListener,
     face: Arc<HttpFace>,
@@ -89,15 +99,10 @@ pub async fn serve(
         releasing.recorder.stopping().cancelled().await;
         releasing.streams.release_all().await;
     });
-    let served = axum::serve(listener, router(face))
-        .with_graceful_shutdown(shutdown)
-        .await;
+    connections::serve(listener, router(face.clone()), face.bounds, shutdown).await;
     sweeper.abort();
     release.abort();
-    served.map_err(|source| Error::Listener {
-        addr: addr.to_string(),
-        source,
-    })
+    Ok(())
 }
 
 /// Expires streams on a schedule (requests also notice expiry as they come).
@@ -114,6 +119,10 @@ fn router(face: Arc<HttpFace>) -> Router {
         .iter()
         .map(|h| http::HeaderName::from_static(h))
         .collect();
+    let allowed: Vec<http::HeaderName> = reply::READ_FROM_REQUESTS
+        .iter()
+        .map(|h| http::HeaderName::from_static(h))
+        .collect();
     let cors = CorsLayer::new()
         .allow_origin(AllowOrigin::any())
         .allow_methods([
@@ -124,7 +133,7 @@ fn router(face: Arc<HttpFace>) -> Router {
             Method::DELETE,
             Method::OPTIONS,
         ])
-        .allow_headers(AllowHeaders::any())
+        .allow_headers(allowed)
         .expose_headers(exposed);
     Router::new()
         .route("/v1/stream/{*path}", axum::routing::any(dispatch))
@@ -217,16 +226,22 @@ impl HttpFace {
             }
             Method::PUT => {
                 access::authorize(&principal, Operation::Record, &id)?;
+                self.refuse_if_stopping()?;
+                let max_retention = self.recorder.limits().max_retention;
                 let fork = self.fork_ask(&headers)?;
                 if let Some(fork) = &fork {
                     access::authorize(&principal, Operation::Replay, &fork.source)?;
                 }
                 let ask = write::Create {
                     content_type: request::content_type(&headers)?,
-                    ttl_secs: request::ttl(&headers)?,
-                    expires_at_ms: request::expires_at(&headers)?,
+                    ttl_secs: request::ttl(&headers, max_retention)?,
+                    expires_at_ms: request::expires_at(
+                        &headers,
+                        self.streams.now_ms(),
+                        max_retention,
+                    )?,
                     closed: request::closing(&headers),
-                    body: read_body(body).await?,
+                    body: self.read_body(body).await?,
                     fork,
                     location: location(&headers, &parts.uri),
                 };
@@ -234,17 +249,19 @@ impl HttpFace {
             }
             Method::POST => {
                 access::authorize(&principal, Operation::Record, &id)?;
+                self.refuse_if_stopping()?;
                 let ask = write::Append {
                     content_type: request::content_type(&headers)?,
                     closing: request::closing(&headers),
                     stream_seq: request::text(&headers, reply::STREAM_SEQ)?.map(str::to_string),
                     producer: request::producer(&headers)?,
-                    body: read_body(body).await?,
+                    body: self.read_body(body).await?,
                 };
                 self.append(&id, ask).await
             }
             Method::DELETE => {
                 access::authorize(&principal, Operation::Delete, &id)?;
+                self.refuse_if_stopping()?;
                 self.delete(&id).await
             }
             _ => Err(Reply::refuse(
@@ -253,6 +270,15 @@ impl HttpFace {
             )
             .header(http::header::ALLOW, "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
         }
+    }
+
+    /// Refuses a write once the server has begun to shut down, as gRPC refuses a new
+    /// producer: 503, which the protocol's clients retry (against the restarted server).
+    fn refuse_if_stopping(&self) -> std::result::Result<(), Reply> {
+        if self.recorder.is_shutting_down() {
+            return Err(write::failed(Error::ShuttingDown));
+        }
+        Ok(())
     }
 
     async fn get(&self, id: &ConversationId, query: &Query, headers: &http::HeaderMap) -> Replied {
@@ -332,13 +358,35 @@ fn location(headers: &http::HeaderMap, uri: &http::Uri) -> String {
     format!("http://{host}{}", uri.path())
 }
 
-async fn read_body(body: Body) -> std::result::Result<bytes::Bytes, Reply> {
-    axum::body::to_bytes(body, MAX_BODY_BYTES)
-        .await
-        .map_err(|_| {
+impl HttpFace {
+    /// A request's whole body, if it arrives within `--http-request-timeout`: else 408, and
+    /// the connection is closed (what is left of the body would be read as the next request).
+    async fn read_body(&self, body: Body) -> std::result::Result<bytes::Bytes, Reply> {
+        let timeout = self.bounds.request_timeout;
+        let Ok(read) =
+            tokio::time::timeout(timeout, axum::body::to_bytes(body, MAX_BODY_BYTES)).await
+        else {
+            self.slow_bodies.bite(|count| {
+                tracing::warn!(
+                    timeout = %humantime::format_duration(timeout),
+                    cut = count,
+                    "HTTP request body did not arrive in time (--http-request-timeout); request refused"
+                )
+            });
+            return Err(Reply::refuse(
+                StatusCode::REQUEST_TIMEOUT,
+                format!(
+                    "the request body did not arrive within {} (--http-request-timeout)",
+                    humantime::format_duration(timeout)
+                ),
+            )
+            .header(http::header::CONNECTION, "close"));
+        };
+        read.map_err(|_| {
             Reply::refuse(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!("request bodies are at most {MAX_BODY_BYTES} bytes"),
             )
         })
+    }
 }

@@ -44,6 +44,27 @@ pub(crate) const EXPOSED: [&str; 14] = [
     "content-type",
 ];
 
+/// Every request header the face reads that a browser must be allowed to send across
+/// origins. Named one by one: the wildcard `*` does not cover `Authorization` (Fetch
+/// standard, CORS-preflight), so a page sending a grant would be refused by its browser.
+pub(crate) const READ_FROM_REQUESTS: [&str; 15] = [
+    "authorization",
+    "x-api-key",
+    "content-type",
+    STREAM_TTL,
+    STREAM_EXPIRES_AT,
+    STREAM_CLOSED,
+    STREAM_SEQ,
+    STREAM_FORKED_FROM,
+    STREAM_FORK_OFFSET,
+    STREAM_FORK_SUB_OFFSET,
+    PRODUCER_ID,
+    PRODUCER_EPOCH,
+    PRODUCER_SEQ,
+    "last-event-id",
+    "if-none-match",
+];
+
 /// A response under construction.
 #[derive(Debug)]
 pub(crate) struct Reply {

@@ -1,5 +1,7 @@
 //! Reading a request's protocol headers into typed values; a malformed one is a 400 that says
 //! which header and why.
+use std::time::Duration;
+
 use http::{HeaderMap, StatusCode};
 
 use super::offset::Offset;
@@ -43,41 +45,69 @@ pub(crate) fn content_type(headers: &HeaderMap) -> Result<Option<String>, Reply>
 
 /// A decimal integer without sign, leading zeros, point or exponent.
 pub(crate) fn strict_u64(value: &str) -> Option<u64> {
-    let canonical = !value.is_empty()
-        && value.bytes().all(|b| b.is_ascii_digit())
-        && (value == "0" || !value.starts_with('0'));
-    canonical.then(|| value.parse().ok()).flatten()
+    is_canonical_digits(value)
+        .then(|| value.parse().ok())
+        .flatten()
 }
 
-/// `Stream-TTL`, in seconds.
-pub(crate) fn ttl(headers: &HeaderMap) -> Result<Option<u64>, Reply> {
-    match text(headers, STREAM_TTL)? {
-        None => Ok(None),
-        Some(value) => strict_u64(value).map(Some).ok_or_else(|| {
+/// `Stream-TTL`, in seconds; refused over `max_retention` (`--max-retention`), as gRPC
+/// refuses a `retention_seconds` over it.
+pub(crate) fn ttl(headers: &HeaderMap, max_retention: Duration) -> Result<Option<u64>, Reply> {
+    let Some(value) = text(headers, STREAM_TTL)? else {
+        return Ok(None);
+    };
+    let max = max_retention.as_secs();
+    let over = || {
+        bad(format!(
+            "Stream-TTL {value} is over this server's limit of {max} seconds (--max-retention)"
+        ))
+    };
+    match strict_u64(value) {
+        Some(ttl) if ttl > max => Err(over()),
+        Some(ttl) => Ok(Some(ttl)),
+        // Digits too many for 64 bits are a number all the same: over any limit.
+        None if is_canonical_digits(value) => Err(over()),
+        None => Err(bad(format!(
+            "Stream-TTL must be a whole number of seconds, like 3600; got {value:?}"
+        ))),
+    }
+}
+
+/// `Stream-Expires-At`, in ms since the epoch; refused when it is more than `max_retention`
+/// (`--max-retention`) after `now_ms`.
+pub(crate) fn expires_at(
+    headers: &HeaderMap,
+    now_ms: u64,
+    max_retention: Duration,
+) -> Result<Option<u64>, Reply> {
+    let Some(value) = text(headers, STREAM_EXPIRES_AT)? else {
+        return Ok(None);
+    };
+    let at = humantime::parse_rfc3339_weak(value)
+        .ok()
+        .filter(|_| value.contains('T') || value.contains('t'))
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .ok_or_else(|| {
             bad(format!(
-                "Stream-TTL must be a whole number of seconds, like 3600; got {value:?}"
+                "Stream-Expires-At must be an RFC 3339 time, like 2030-01-01T00:00:00Z; got {value:?}"
             ))
-        }),
+        })?;
+    let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+    let max_ms = u64::try_from(max_retention.as_millis()).unwrap_or(u64::MAX);
+    if at_ms > now_ms.saturating_add(max_ms) {
+        return Err(bad(format!(
+            "Stream-Expires-At {value} is more than {} seconds from now, over this server's limit (--max-retention)",
+            max_retention.as_secs()
+        )));
     }
+    Ok(Some(at_ms))
 }
 
-/// `Stream-Expires-At`, in ms since the epoch.
-pub(crate) fn expires_at(headers: &HeaderMap) -> Result<Option<u64>, Reply> {
-    match text(headers, STREAM_EXPIRES_AT)? {
-        None => Ok(None),
-        Some(value) => {
-            let at = humantime::parse_rfc3339_weak(value)
-                .ok()
-                .filter(|_| value.contains('T') || value.contains('t'))
-                .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                .ok_or_else(|| {
-                    bad(format!(
-                        "Stream-Expires-At must be an RFC 3339 time, like 2030-01-01T00:00:00Z; got {value:?}"
-                    ))
-                })?;
-            Ok(Some(at.as_millis() as u64))
-        }
-    }
+/// Whether `value` is a decimal integer written as [`strict_u64`] asks, whatever its size.
+fn is_canonical_digits(value: &str) -> bool {
+    !value.is_empty()
+        && value.bytes().all(|b| b.is_ascii_digit())
+        && (value == "0" || !value.starts_with('0'))
 }
 
 /// An offset header (`Stream-Fork-Offset`).

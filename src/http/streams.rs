@@ -52,7 +52,7 @@ impl State {
         let ttl_passed = self
             .row
             .ttl_secs
-            .is_some_and(|ttl| now_ms >= self.touched_ms.saturating_add(ttl * 1000));
+            .is_some_and(|ttl| now_ms >= self.touched_ms.saturating_add(ttl.saturating_mul(1000)));
         let expiry_passed = self.row.expires_at_ms.is_some_and(|at| now_ms >= at);
         ttl_passed || expiry_passed
     }
@@ -191,6 +191,8 @@ impl Streams {
                     state.own = writer.appended_bytes();
                     state.writer = Some(writer);
                 }
+                // Not taken over because the server is stopping: still open in the file.
+                Err(Error::ShuttingDown) => return Err(Error::ShuttingDown),
                 Err(err) if !err.is_storage() => state.closed = true,
                 Err(err) => return Err(err),
             }
@@ -213,7 +215,13 @@ impl Streams {
     }
 
     /// A producer session on open stream `id`, whose `committed` bytes are stored.
+    ///
+    /// Fails with `ShuttingDown` once the server has begun to stop (the stream stays open in
+    /// the file, for the next run), or as [`crate::recorder::Recordings::resume`] does.
     async fn take_over(&self, id: &ConversationId, committed: u64) -> Result<TapeWriter> {
+        if self.recorder.is_shutting_down() {
+            return Err(Error::ShuttingDown);
+        }
         let committed = match self.recorder.recordings().live(id.key()) {
             Some(tape) => tape.progress().bytes,
             None => committed,

@@ -108,7 +108,12 @@ pub(crate) fn failed(err: Error) -> Reply {
     if status == StatusCode::INTERNAL_SERVER_ERROR {
         tracing::error!(error = %err, "HTTP write failed");
     }
-    Reply::refuse(status, err.client_message())
+    let reply = Reply::refuse(status, err.client_message());
+    if status == StatusCode::SERVICE_UNAVAILABLE {
+        // Shutting down: the restarted server (or another instance) takes the retry.
+        return reply.header(http::header::RETRY_AFTER, "1");
+    }
+    reply
 }
 
 impl HttpFace {
@@ -139,36 +144,40 @@ impl HttpFace {
             expires_at_ms: ask.expires_at_ms,
             ..StreamRow::default()
         };
-        if let Some(fork) = &ask.fork {
-            self.fork_from(fork, ask.content_type.as_deref(), &mut row)
+        // A fork holds its source's lock until its create is committed: the source's row
+        // (and its fork count, which the store adds in that commit) cannot change meanwhile.
+        let source = match &ask.fork {
+            Some(fork) => Some(self.fork_source(fork).await?),
+            None => None,
+        };
+        let mut source_state = match &source {
+            Some(handle) => Some(handle.state.lock().await),
+            None => None,
+        };
+        if let (Some(fork), Some(state)) = (&ask.fork, source_state.as_deref_mut()) {
+            self.fork_from(fork, ask.content_type.as_deref(), state, &mut row)
                 .await?;
         }
-        let chunks = chunks_of(&row.content_type, ask.body.clone(), true)
-            .and_then(|chunks| self.check_size(&chunks, 0).map(|()| chunks));
-        let chunks = match chunks {
-            Ok(chunks) => chunks,
-            Err(refusal) => {
-                // A refused fork does not keep its source.
-                if let Some(fork) = &row.fork {
-                    self.release_source(fork.source).await;
-                }
-                return Err(refusal);
-            }
-        };
-        let retention_ms = ask.ttl_secs.map(|ttl| ttl * 1000);
+        let chunks = chunks_of(&row.content_type, ask.body.clone(), true)?;
+        self.check_size(&chunks, 0)?;
+        let retention_ms = ask.ttl_secs.map(|ttl| ttl.saturating_mul(1000));
         let recordings = self.recorder.recordings();
         let writer = recordings
             .start_with_row(id, retention_ms, Some(&row))
             .await;
-        let mut writer = match writer {
-            Ok(writer) => writer,
-            Err(err) => {
-                if let Some(fork) = &row.fork {
-                    self.release_source(fork.source).await;
-                }
-                return Err(failed(err));
+        let mut writer = match (writer, &ask.fork) {
+            (Ok(writer), _) => writer,
+            // The source went in the meantime (a gRPC recording replaced it, say).
+            (Err(Error::RecordingNotFound { .. }), Some(fork)) => {
+                return Err(super::fork::source_missing(&fork.source));
             }
+            (Err(err), _) => return Err(failed(err)),
         };
+        if let Some(state) = source_state.as_deref_mut() {
+            // As the store counted it: the source's next row write carries the count.
+            state.row.forks += 1;
+        }
+        drop(source_state);
         writer.tape().hold_open();
         let own: u64 = chunks.iter().map(|c| c.len() as u64).sum();
         if !chunks.is_empty() || ask.closed {

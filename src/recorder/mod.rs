@@ -321,7 +321,8 @@ impl Recorder {
         }
     }
 
-    fn is_shutting_down(&self) -> bool {
+    /// Whether shutdown has begun: new writes are refused from then on.
+    pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
 }

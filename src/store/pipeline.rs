@@ -11,6 +11,7 @@ use super::live::{Admission, Admit, Admitted, Chunk, Live, Resumed};
 use super::pacing::Pacing;
 use super::publish::{Effect, Waiter};
 use super::schema::{ChunkLayout, RecordingMeta};
+use super::stream_row::StreamRow;
 use super::tables::Tables;
 use super::wal::Redo;
 use crate::clock::Clock;
@@ -373,6 +374,31 @@ impl Writer {
                         return Err(err);
                     }
                 };
+                // A fork is counted in its source's row in this same commit; a source gone
+                // since the fork was asked (deleted, replaced) refuses it before any change.
+                let fork = match stream_row.as_deref().map(StreamRow::decode).transpose() {
+                    Ok(row) => row.and_then(|row| row.fork),
+                    Err(err) => {
+                        let _ = done.send(Err(err));
+                        return Ok(());
+                    }
+                };
+                if let Some(fork) = &fork {
+                    match t.fork_source_stands(fork) {
+                        Ok(true) => {}
+                        Ok(false) => {
+                            let _ = done.send(Err(Error::RecordingNotFound {
+                                id: uuid::Uuid::from_u128(fork.source).to_string(),
+                                why: crate::error::Absence::Unknown,
+                            }));
+                            return Ok(());
+                        }
+                        Err(err) => {
+                            effects.push(Effect::Refused(Waiter::Started(done)));
+                            return Err(err);
+                        }
+                    }
+                }
                 let admission = Admission {
                     previous: previous.as_ref(),
                     now_ms: t.now,
@@ -398,8 +424,11 @@ impl Writer {
                 let mut meta = RecordingMeta::started(&id, generation, t.now);
                 meta.retention_ms = retention_ms;
                 t.start_recording(key, meta)?;
-                match stream_row {
-                    Some(row) => t.put_stream_row(key, Some(&row)),
+                if let Some(row) = stream_row {
+                    t.put_stream_row(key, Some(&row))?;
+                }
+                match fork {
+                    Some(fork) => t.count_fork(fork.source),
                     None => Ok(()),
                 }
             }

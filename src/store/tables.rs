@@ -15,7 +15,7 @@ use super::schema::{
     TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
 };
 use super::segment::{self, Segment};
-use super::stream_row::{STREAMS, StreamRow};
+use super::stream_row::{ForkOf, STREAMS, StreamRow};
 use super::wal::{Logged, Redo, TableId};
 use crate::error::{Error, Result};
 use crate::recorder::Status;
@@ -324,6 +324,28 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             self.put_stream_row(source, Some(&row.encode()?))?;
         }
         Ok(())
+    }
+
+    /// Whether `fork` can be made now: its source has a `streams` row, not deleted, and is
+    /// still the recording the fork was asked of.
+    pub(super) fn fork_source_stands(&mut self, fork: &ForkOf) -> Result<bool> {
+        let generation = self.meta(fork.source)?.map(|meta| meta.generation);
+        if generation != Some(fork.source_generation) {
+            return Ok(false);
+        }
+        Ok(self
+            .stream_row(fork.source)?
+            .is_some_and(|row| !row.soft_deleted))
+    }
+
+    /// Counts one more fork of `source`, in the commit that creates the fork: a fork and its
+    /// count are never apart, whatever a crash interrupts.
+    pub(super) fn count_fork(&mut self, source: u128) -> Result<()> {
+        let mut row = self
+            .stream_row(source)?
+            .ok_or_else(|| missing_row(source))?;
+        row.forks += 1;
+        self.put_stream_row(source, Some(&row.encode()?))
     }
 
     /// Whether forks still read from `key`: then it stays, whatever its expiry says.

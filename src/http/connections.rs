@@ -1,0 +1,195 @@
+//! The HTTP face's connections: at most `--http-max-connections` at once (one more is answered
+//! 503 and closed), and no request may take longer than `--http-request-timeout` to arrive
+//! (its head here, its body in the handler), so that silent clients cannot pile up.
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use hyper::body::Incoming;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use hyper_util::server::conn::auto;
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{Notify, Semaphore};
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+use tower_service::Service;
+
+/// How the face bounds its connections and requests.
+#[derive(Debug, Clone, Copy)]
+pub struct Bounds {
+    /// Longest a request's head, and then its body, may take to arrive; an idle keep-alive
+    /// connection is closed after it too. Default 30 seconds.
+    pub request_timeout: Duration,
+    /// Most connections served at once. Default 4096.
+    pub max_connections: usize,
+}
+
+impl Default for Bounds {
+    fn default() -> Self {
+        Self {
+            request_timeout: Duration::from_secs(30),
+            max_connections: 4096,
+        }
+    }
+}
+
+/// A failed `accept` (out of descriptors, say) is tried again after this long.
+const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
+/// A warning that keeps biting is logged at most once this often, with a count.
+const WARN_EVERY: Duration = Duration::from_secs(10);
+
+/// What a connection over the limit reads before it is closed.
+const TURNED_AWAY: &[u8] = b"HTTP/1.1 503 Service Unavailable\r\n\
+content-type: text/plain; charset=utf-8\r\n\
+retry-after: 1\r\n\
+connection: close\r\n\
+content-length: 66\r\n\
+\r\n\
+too many connections to this server (--http-max-connections); retry\n";
+
+/// Serves `router` on every connection `listener` accepts, within `bounds`, until `shutdown`
+/// resolves; then lets each connection finish its request and waits for them.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    router: Router,
+    bounds: Bounds,
+    shutdown: impl Future<Output = ()>,
+) {
+    let permits = Arc::new(Semaphore::new(bounds.max_connections));
+    let mut builder = auto::Builder::new(TokioExecutor::new());
+    builder
+        .http1()
+        .timer(TokioTimer::new())
+        .header_read_timeout(bounds.request_timeout);
+    let warnings = Arc::new(Warnings::default());
+    let connections = TaskTracker::new();
+    let stop = CancellationToken::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(err) => {
+                    warnings.accept.bite(|n| tracing::warn!(error = %err, failures = n, "HTTP face cannot accept connections"));
+                    tokio::time::sleep(ACCEPT_BACKOFF).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let Ok(permit) = permits.clone().try_acquire_owned() else {
+            warnings.full.bite(|n| {
+                tracing::warn!(
+                    max_connections = bounds.max_connections,
+                    refused = n,
+                    "HTTP face at its connection limit (--http-max-connections); refusing connections"
+                )
+            });
+            turn_away(&stream);
+            continue;
+        };
+        // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back.
+        let _ = stream.set_nodelay(true);
+        let arrived = Arc::new(Notify::new());
+        let service = {
+            let router = router.clone();
+            let arrived = arrived.clone();
+            hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+                arrived.notify_one();
+                let mut router = router.clone();
+                router.call(request.map(axum::body::Body::new))
+            })
+        };
+        let connection = builder
+            .serve_connection_with_upgrades(TokioIo::new(stream), service)
+            .into_owned();
+        let stop = stop.clone();
+        let warnings = warnings.clone();
+        let timeout = bounds.request_timeout;
+        // Driven to its end: closed if its first request's head has not arrived within the
+        // timeout (hyper bounds the heads after it), finished gracefully once `stop` fires.
+        connections.spawn(async move {
+            let _permit = permit;
+            tokio::pin!(connection);
+            let first = tokio::time::timeout(timeout, arrived.notified());
+            tokio::pin!(first);
+            let mut waiting_first = true;
+            let mut stopping = false;
+            let result = loop {
+                tokio::select! {
+                    result = connection.as_mut() => break result,
+                    timed_out = &mut first, if waiting_first => {
+                        waiting_first = false;
+                        if timed_out.is_err() {
+                            warnings.slow.bite(|n| slow_warning(timeout, n));
+                            return;
+                        }
+                    }
+                    () = stop.cancelled(), if !stopping => {
+                        stopping = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
+                }
+            };
+            if let Err(err) = result
+                && is_header_timeout(&*err)
+            {
+                warnings.slow.bite(|n| slow_warning(timeout, n));
+            }
+        });
+    }
+    drop(listener);
+    stop.cancel();
+    connections.close();
+    connections.wait().await;
+}
+
+fn slow_warning(timeout: Duration, count: u64) {
+    tracing::warn!(
+        timeout = %humantime::format_duration(timeout),
+        closed = count,
+        "HTTP request head did not arrive in time (--http-request-timeout); connection closed"
+    );
+}
+
+/// Writes the 503 a connection over the limit gets, if its socket takes it at once, and
+/// closes it: a full server spends nothing more on it.
+fn turn_away(stream: &TcpStream) {
+    let _ = stream.try_write(TURNED_AWAY);
+}
+
+/// Whether an error that ended a connection is hyper's header read timeout.
+fn is_header_timeout(err: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    err.downcast_ref::<hyper::Error>()
+        .is_some_and(hyper::Error::is_timeout)
+}
+
+/// Rate-limited warnings of the face's bounds.
+#[derive(Default)]
+pub(crate) struct Warnings {
+    accept: Warning,
+    full: Warning,
+    slow: Warning,
+}
+
+/// One warning, logged at most once per [`WARN_EVERY`] with how many times it bit.
+#[derive(Default)]
+pub(crate) struct Warning {
+    /// When it was last logged, and how often it has bitten since.
+    state: Mutex<(Option<Instant>, u64)>,
+}
+
+impl Warning {
+    /// Counts one more bite; calls `log` with the count when it is time to log.
+    pub(crate) fn bite(&self, log: impl FnOnce(u64)) {
+        let mut state = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        state.1 += 1;
+        if state.0.is_none_or(|last| last.elapsed() >= WARN_EVERY) {
+            let count = std::mem::take(&mut state.1);
+            state.0 = Some(Instant::now());
+            drop(state);
+            log(count);
+        }
+    }
+}
