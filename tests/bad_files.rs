@@ -141,10 +141,38 @@ fn a_port_in_use_is_refused_with_one_clear_line() {
     ]);
     assert_eq!(status.code(), Some(1), "{stderr}");
     assert_one_clear_line(&stderr, &format!("cannot listen on {addr}"), "--listen");
+    assert!(stderr.contains("TAPEDECK_LISTEN"), "{stderr}");
     assert!(
         !dir.path().join("tapedeck.redb").exists(),
         "the port is bound before the database is opened"
     );
+}
+
+/// A busy port of the HTTP face, or of metrics, is named by its own flag and variable, not by
+/// `--listen` (whose port was free).
+#[test]
+fn a_busy_port_names_the_flag_and_variable_of_its_own_address() {
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    for (flag, env) in [
+        ("--http-listen", "TAPEDECK_HTTP_LISTEN"),
+        ("--metrics-listen", "TAPEDECK_METRICS_LISTEN"),
+    ] {
+        let dir = tempfile::tempdir().unwrap();
+        let (status, stderr) = run_binary_to_exit(&[
+            OsStr::new("--listen"),
+            OsStr::new("127.0.0.1:0"),
+            OsStr::new(flag),
+            OsStr::new(&addr),
+            OsStr::new("--data-dir"),
+            dir.path().as_os_str(),
+        ]);
+        assert_eq!(status.code(), Some(1), "{flag}: {stderr}");
+        assert_one_clear_line(&stderr, &format!("cannot listen on {addr}"), flag);
+        assert!(stderr.contains(env), "{flag}: {stderr}");
+        assert!(!stderr.contains("--listen "), "{flag}: {stderr}");
+        assert!(!dir.path().join("tapedeck.redb").exists(), "{flag}");
+    }
 }
 
 #[test]
