@@ -455,7 +455,8 @@ fn one_line(err: &anyhow::Error) -> String {
             line.push_str(&text);
         }
     }
-    line.replace(['\n', '\r'], " ")
+    // An error may quote text from elsewhere (an id, a server's message): shown inert.
+    cli::escape::for_terminal(&line.replace(['\n', '\r'], " "))
 }
 
 /// Binds the port first, so that a busy port leaves the database untouched; then opens the
