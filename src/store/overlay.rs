@@ -99,7 +99,7 @@ impl StorageBackend for Overlay {
             let first_gone = len.div_ceil(BLOCK);
             state.blocks.split_off(&first_gone);
             // The tail of the block that now ends the storage reads as zeros if it grows back.
-            if len % BLOCK != 0
+            if !len.is_multiple_of(BLOCK)
                 && let Some(bytes) = state.blocks.get_mut(&(len / BLOCK))
             {
                 bytes[(len % BLOCK) as usize..].fill(0);
