@@ -142,6 +142,8 @@ fn spawn_server(data_dir: &std::path::Path) -> (std::process::Child, String) {
             "serve",
             "--listen",
             "127.0.0.1:0",
+            "--http-listen",
+            "off",
             "--log-format",
             "json",
             "--data-dir",

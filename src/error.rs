@@ -371,14 +371,21 @@ pub enum Error {
         #[source]
         source: std::io::Error,
     },
-    /// A port could not be bound.
+    /// A port could not be bound. The message names the setting of that address, flag and
+    /// variable, since a server has several (gRPC, the HTTP face, metrics).
     #[error(
-        "cannot listen on {addr}: {source}; is another process using it? choose another \
-         address with --listen"
+        "cannot listen on {addr} ({what}): {source}; is another process using it? choose \
+         another address with {flag} (or {env})"
     )]
     Bind {
         /// The address.
         addr: SocketAddr,
+        /// What was to listen there: "gRPC", "the HTTP face", "metrics".
+        what: &'static str,
+        /// The flag that sets the address, e.g. `--http-listen`.
+        flag: &'static str,
+        /// The environment variable that sets it, e.g. `TAPEDECK_HTTP_LISTEN`.
+        env: &'static str,
         /// Why.
         #[source]
         source: std::io::Error,

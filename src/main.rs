@@ -241,11 +241,7 @@ fn main() -> ExitCode {
         Err(err) => {
             let text = err.to_string();
             let first = text.lines().next().unwrap_or_default();
-            let first = first.trim_start_matches("error: ");
-            return match env_of(&err) {
-                Some(env) => usage_error(&format!("{first} (flag or {env})")),
-                None => usage_error(first),
-            };
+            return usage_error(&with_variable(&err, first.trim_start_matches("error: ")));
         }
     };
     let args = match cli.command {
@@ -352,6 +348,39 @@ fn check_locator_flags(args: &ServeArgs) -> Result<(), &'static str> {
     }
 }
 
+/// `message`, clap's refusal of a setting, naming the setting's variable too: a value may come
+/// from either, and clap names only the flag.
+fn with_variable(err: &clap::Error, message: &str) -> String {
+    use clap::CommandFactory;
+    use clap::error::{ContextKind, ContextValue};
+    let Some(ContextValue::String(arg)) = err.get(ContextKind::InvalidArg) else {
+        return message.to_string();
+    };
+    let Some(long) = arg
+        .split_whitespace()
+        .next()
+        .and_then(|flag| flag.strip_prefix("--"))
+    else {
+        return message.to_string();
+    };
+    fn variable_of(command: &clap::Command, long: &str) -> Option<String> {
+        command
+            .get_arguments()
+            .find(|a| a.get_long() == Some(long))
+            .and_then(|a| a.get_env())
+            .map(|env| env.to_string_lossy().into_owned())
+            .or_else(|| {
+                command
+                    .get_subcommands()
+                    .find_map(|sub| variable_of(sub, long))
+            })
+    }
+    match variable_of(&Cli::command(), long) {
+        Some(env) if !message.contains(&env) => format!("{message} (--{long} or {env})"),
+        _ => message.to_string(),
+    }
+}
+
 /// Says what is wrong with the command line, on one line, and exits with code 2.
 fn usage_error(message: &str) -> ExitCode {
     eprintln!("tapedeck: error: {message}");
@@ -360,22 +389,44 @@ fn usage_error(message: &str) -> ExitCode {
 
 /// The access settings of `args`. API keys are parsed here rather than by clap, whose error
 /// would repeat the text given, secret included.
+/// Every credential is checked here, before anything is opened: one that is set but empty
+/// (an unset variable in a compose file) must not turn access control on and let anyone in.
 fn access_config(args: &ServeArgs) -> tapedeck::Result<AccessConfig> {
     let mut api_keys = args
         .api_keys
         .iter()
-        .map(|text| ApiKey::parse(text))
+        .map(|text| {
+            ApiKey::parse(text).map_err(|err| name_setting(err, "--api-key (TAPEDECK_API_KEYS)"))
+        })
         .collect::<tapedeck::Result<Vec<_>>>()?;
     if let Some(file) = &args.api_keys_file {
-        api_keys.extend(ApiKey::read_file(file)?);
+        let setting = "--api-keys-file (TAPEDECK_API_KEYS_FILE)";
+        if file.as_os_str().is_empty() {
+            return Err(tapedeck::Error::BadApiKey {
+                reason: format!("{setting} is empty: name a file of API keys, or leave it unset"),
+            });
+        }
+        api_keys.extend(ApiKey::read_file(file).map_err(|err| name_setting(err, setting))?);
     }
-    Ok(AccessConfig {
+    let config = AccessConfig {
         api_keys,
         jwt_secret: args.jwt_secret.clone().map(Secret::new),
         jwt_public_key: args.jwt_public_key.clone(),
         jwt_issuer: args.jwt_issuer.clone(),
         jwt_audience: args.jwt_audience.clone(),
-    })
+    };
+    config.check()?;
+    Ok(config)
+}
+
+/// `err`, an API key refusal, with the setting it came from in front of its reason.
+fn name_setting(err: tapedeck::Error, setting: &str) -> tapedeck::Error {
+    match err {
+        tapedeck::Error::BadApiKey { reason } => tapedeck::Error::BadApiKey {
+            reason: format!("{setting}: {reason}"),
+        },
+        other => other,
+    }
 }
 
 /// `tapedeck token`: prints a signed grant on stdout.
@@ -383,6 +434,10 @@ fn token(args: TokenArgs) -> ExitCode {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
+    let secret = Secret::new(args.jwt_secret);
+    if let Err(err) = secret.check_jwt_secret() {
+        return usage_error(&err.to_string());
+    }
     let claims = Claims {
         sub: args.subject,
         exp: now.saturating_add(Duration::from(args.ttl).as_secs()),
@@ -391,7 +446,7 @@ fn token(args: TokenArgs) -> ExitCode {
         aud: args.audience,
         conversations: args.conversations.into_iter().collect(),
     };
-    match tapedeck::access::mint(&Secret::new(args.jwt_secret), &claims) {
+    match tapedeck::access::mint(&secret, &claims) {
         Ok(token) => {
             println!("{token}");
             ExitCode::SUCCESS
@@ -404,23 +459,6 @@ fn token(args: TokenArgs) -> ExitCode {
 }
 
 /// The error and its causes on one line, skipping causes its message already spells out.
-/// The environment variable of the setting a command-line error is about, if it has one: a
-/// value from the environment is refused with the same words as one from the flag.
-fn env_of(err: &clap::Error) -> Option<String> {
-    use clap::CommandFactory;
-    let clap::error::ContextValue::String(arg) = err.get(clap::error::ContextKind::InvalidArg)?
-    else {
-        return None;
-    };
-    let long = arg.strip_prefix("--")?.split([' ', '=']).next()?;
-    Cli::command()
-        .get_subcommands()
-        .flat_map(|command| command.get_arguments())
-        .find(|a| a.get_long() == Some(long))
-        .and_then(|a| a.get_env())
-        .map(|env| env.to_string_lossy().into_owned())
-}
-
 fn one_line(err: &anyhow::Error) -> String {
     let mut line = String::new();
     for cause in err.chain() {
@@ -432,7 +470,8 @@ fn one_line(err: &anyhow::Error) -> String {
             line.push_str(&text);
         }
     }
-    line.replace(['\n', '\r'], " ")
+    // An error may quote text from elsewhere (an id, a server's message): shown inert.
+    cli::escape::for_terminal(&line.replace(['\n', '\r'], " "))
 }
 
 /// Binds the port first, so that a busy port leaves the database untouched; then opens the
@@ -445,16 +484,24 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
             .await
             .map_err(|source| tapedeck::Error::Bind {
                 addr: config.listen,
+                what: "gRPC",
+                flag: "--listen",
+                env: "TAPEDECK_LISTEN",
                 source,
             })?;
-        let http_listener = match config.http_listen {
-            Some(addr) => Some(
-                tokio::net::TcpListener::bind(addr)
-                    .await
-                    .map_err(|source| tapedeck::Error::Bind { addr, source })?,
-            ),
-            None => None,
-        };
+        let http_listener =
+            match config.http_listen {
+                Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(
+                    |source| tapedeck::Error::Bind {
+                        addr,
+                        what: "the HTTP face",
+                        flag: "--http-listen",
+                        env: "TAPEDECK_HTTP_LISTEN",
+                        source,
+                    },
+                )?),
+                None => None,
+            };
         if let Some(addr) = metrics_listen {
             serve_metrics(addr)?;
         }
@@ -476,7 +523,13 @@ fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
     use anyhow::Context;
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
     // Bound here first so that a busy port is refused with the usual message.
-    std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind { addr, source })?;
+    std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind {
+        addr,
+        what: "metrics",
+        flag: "--metrics-listen",
+        env: "TAPEDECK_METRICS_LISTEN",
+        source,
+    })?;
     PrometheusBuilder::new()
         .with_http_listener(addr)
         .set_buckets_for_metric(
@@ -488,7 +541,9 @@ fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
             tapedeck::metrics::OPS_BUCKETS,
         )?
         .install()
-        .with_context(|| format!("cannot serve metrics on {addr}"))?;
+        .with_context(|| {
+            format!("cannot serve metrics on {addr} (--metrics-listen or TAPEDECK_METRICS_LISTEN)")
+        })?;
     tapedeck::metrics::describe();
     tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     Ok(())

@@ -15,7 +15,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::Code;
 
 const KEY: &str = "agent-secret-1";
-const JWT_SECRET: &str = "grant-signing-secret";
+const JWT_SECRET: &str = "grant-signing-secret-of-32-bytes";
 const AUDIENCE: &str = "tapedeck";
 /// The conversation every case is about.
 const TARGET: &str = "chat-42";
@@ -141,7 +141,7 @@ fn credentials(cred: Cred) -> (Option<String>, Option<String>) {
         Cred::Forged => (
             None,
             Some(grant(
-                "another-secret",
+                "another-secret-of-at-least-32-bytes",
                 AUDIENCE,
                 later,
                 &[(TARGET, Role::Writer)],

@@ -14,6 +14,9 @@ use tapedeck::pb::ReplayRequest;
 use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Identity};
 
+/// The HS256 secret of these tests: 32 bytes, the least tapedeck accepts.
+const SECRET: &str = "access-setup-secret-of-32-bytes!";
+
 #[test]
 fn a_public_address_without_credentials_is_refused() {
     let dir = tempfile::tempdir().unwrap();
@@ -59,10 +62,119 @@ fn a_malformed_api_key_is_refused_without_echoing_it() {
     assert!(!stderr.contains("justasecretvalue"), "{stderr}");
 }
 
+/// Runs `tapedeck serve` on a public address with `args` and `env` set; checks it was refused
+/// with exit code 2 and one line naming `flag` and `variable`, and that no secret in `hidden`
+/// shows.
+fn assert_credential_refused(
+    args: &[&str],
+    env: &[(&str, &str)],
+    flag: &str,
+    variable: &str,
+    hidden: &[&str],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut all: Vec<&OsStr> = vec![
+        OsStr::new("--listen"),
+        OsStr::new("0.0.0.0:0"),
+        OsStr::new("--data-dir"),
+        dir.path().as_os_str(),
+    ];
+    all.extend(args.iter().map(OsStr::new));
+    let (status, stderr) = run_binary_to_exit_with_env(&all, env);
+    assert_eq!(status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+    assert_one_clear_line(&stderr, flag, variable);
+    for secret in hidden {
+        assert!(!stderr.contains(secret), "{secret:?} shown: {stderr}");
+    }
+    assert!(
+        !dir.path().join("tapedeck.redb").exists(),
+        "{args:?} {env:?}"
+    );
+}
+
+/// An empty secret is no secret: set but empty (an unset variable in a compose file), it
+/// would turn access control on, pass protected mode, and let anyone mint a valid grant.
+#[test]
+fn empty_and_short_jwt_secrets_are_refused_from_the_flag_and_the_variable() {
+    let (flag, variable) = ("--jwt-secret", "TAPEDECK_JWT_SECRET");
+    assert_credential_refused(&[flag, ""], &[], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, "")], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, "   ")], flag, variable, &[]);
+    let short = "s3cret-of-31-bytes-is-too-short";
+    assert_eq!(short.len(), 31);
+    assert_credential_refused(&[flag, short], &[], flag, variable, &[short]);
+    assert_credential_refused(&[], &[(variable, short)], flag, variable, &[short]);
+}
+
+#[test]
+fn empty_api_key_secrets_and_empty_key_files_are_refused() {
+    let (flag, variable) = ("--api-key", "TAPEDECK_API_KEYS");
+    assert_credential_refused(&[flag, "agent="], &[], flag, variable, &[]);
+    assert_credential_refused(&[flag, "agent= "], &[], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, "")], flag, variable, &[]);
+    assert_credential_refused(
+        &[],
+        &[(variable, "agent=s3cret,other=")],
+        flag,
+        variable,
+        &["s3cret"],
+    );
+
+    let dir = tempfile::tempdir().unwrap();
+    let empty = dir.path().join("empty");
+    std::fs::write(&empty, "# no keys yet\n\n").unwrap();
+    let empty = empty.to_str().unwrap();
+    let keys_file = dir.path().join("keys");
+    std::fs::write(&keys_file, "agent=s3cret\nother=\n").unwrap();
+    let keys_file = keys_file.to_str().unwrap();
+    let (flag, variable) = ("--api-keys-file", "TAPEDECK_API_KEYS_FILE");
+    assert_credential_refused(&[flag, empty], &[], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, empty)], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, "")], flag, variable, &[]);
+    assert_credential_refused(&[flag, keys_file], &[], flag, variable, &["s3cret"]);
+
+    let no_key = dir.path().join("no-key.pem");
+    std::fs::write(&no_key, "\n").unwrap();
+    let no_key = no_key.to_str().unwrap();
+    let (flag, variable) = ("--jwt-public-key", "TAPEDECK_JWT_PUBLIC_KEY");
+    assert_credential_refused(&[flag, no_key], &[], flag, variable, &[]);
+    assert_credential_refused(&[], &[(variable, "")], flag, variable, &[]);
+}
+
+/// `tapedeck token` refuses to sign with a secret the server would refuse: a grant signed
+/// with an empty secret is one anyone can make.
+#[test]
+fn tapedeck_token_refuses_empty_and_short_secrets() {
+    let short = "s3cret-of-31-bytes-is-too-short";
+    for (args, env) in [
+        (vec!["--jwt-secret", ""], vec![]),
+        (vec!["--jwt-secret", short], vec![]),
+        (vec![], vec![("TAPEDECK_JWT_SECRET", "")]),
+        (vec![], vec![("TAPEDECK_JWT_SECRET", short)]),
+    ] {
+        let output = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .arg("token")
+            .args(&args)
+            .args(["--subject", "user-7", "--conversation", "*=writer"])
+            .env_remove("TAPEDECK_JWT_SECRET")
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&output.stderr);
+        assert_eq!(output.status.code(), Some(2), "{args:?} {env:?}: {stderr}");
+        assert!(
+            output.stdout.is_empty(),
+            "a grant was printed for {args:?} {env:?}"
+        );
+        assert_one_clear_line(&stderr, "--jwt-secret", "TAPEDECK_JWT_SECRET");
+        assert!(!stderr.contains(short), "{stderr}");
+    }
+}
+
 #[tokio::test]
 async fn a_grant_from_tapedeck_token_is_accepted() {
     let output = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-        .args(["token", "--jwt-secret", "shh", "--subject", "user-7"])
+        .args(["token", "--jwt-secret", SECRET, "--subject", "user-7"])
         .args(["--conversation", "chat-42=writer", "--ttl", "15m"])
         .output()
         .unwrap();
@@ -72,7 +184,7 @@ async fn a_grant_from_tapedeck_token_is_accepted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
     config.access = AccessConfig {
-        jwt_secret: Some(Secret::new("shh")),
+        jwt_secret: Some(Secret::new(SECRET)),
         ..AccessConfig::default()
     };
     let server = TestServer::start(config).await;
@@ -218,7 +330,7 @@ async fn the_rust_client_speaks_tls_and_sends_its_grant() {
     let mut config = test_config(&dir.path().join("data"));
     config.tls = Some(pki.files.clone());
     config.access = AccessConfig {
-        jwt_secret: Some(Secret::new("shh")),
+        jwt_secret: Some(Secret::new(SECRET)),
         ..AccessConfig::default()
     };
     let server = TestServer::start(config).await;
@@ -230,7 +342,7 @@ async fn the_rust_client_speaks_tls_and_sends_its_grant() {
         aud: None,
         conversations: [("chat-tls".to_string(), tapedeck::access::Role::Writer)].into(),
     };
-    let grant = tapedeck::access::mint(&Secret::new("shh"), &claims).unwrap();
+    let grant = tapedeck::access::mint(&Secret::new(SECRET), &claims).unwrap();
     let client_config = ClientConfig {
         bearer: Some(grant),
         tls_ca: Some(dir.path().join("ca.pem")),

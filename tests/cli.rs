@@ -181,6 +181,65 @@ fn a_recording_from_the_command_line_from_record_to_rm() {
     assert!(said.contains("no live recording"), "{said}");
 }
 
+/// Ids are any UTF-8 text, control characters included. Whatever the CLI prints for a person
+/// (a table, JSON, a confirmation, an error) carries them escaped, never raw: an ANSI escape
+/// in an id must not clear or rewrite the operator's terminal.
+#[test]
+fn ids_with_control_characters_are_printed_escaped() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &[]);
+    let id = "evil\u{1b}[2J\r\nSet-Cookie:x\u{9b}31m";
+    let recorded = tapedeck(&server, &["record", id], "payload");
+    assert!(recorded.status.success(), "{recorded:?}");
+    let table = ok(&server, &["ls"]);
+    assert!(
+        table.contains("evil\\u{1b}[2J\\r\\nSet-Cookie:x\\u{9b}31m"),
+        "{table:?}"
+    );
+    // JSON keeps the id exact for programs: escaped, it reads back as the same text.
+    let listed = json(&ok(&server, &["ls", "--json"]));
+    assert_eq!(listed[0]["conversation_id"], id, "{listed}");
+    let runs: [&[&str]; 8] = [
+        &["ls"],
+        &["ls", "--json"],
+        &["inspect", id],
+        &["check", id],
+        &["check", id, "--json"],
+        &["cancel", id],
+        &["rm", id],
+        &["inspect", id],
+    ];
+    let mut printed = String::from_utf8_lossy(&recorded.stderr).into_owned();
+    for args in runs {
+        let output = tapedeck(&server, args, "");
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&output.stdout),
+            String::from_utf8_lossy(&output.stderr)
+        );
+        for raw in ['\u{1b}', '\r', '\u{9b}'] {
+            assert!(
+                !text.contains(raw),
+                "{args:?} printed {raw:?} raw: {text:?}"
+            );
+        }
+        // Lines are whole: the id's own line break never splits one.
+        assert!(
+            !text.lines().any(|line| line.starts_with("Set-Cookie")),
+            "{args:?}: {text:?}"
+        );
+        printed.push_str(&text);
+    }
+    assert!(
+        printed.contains("recorded 7 bytes as evil\\u{1b}"),
+        "{printed:?}"
+    );
+    assert!(
+        printed.contains("evil\\u{1b}[2J\\r\\nSet-Cookie:x\\u{9b}31m: deleted"),
+        "{printed:?}"
+    );
+}
+
 #[test]
 fn client_errors_are_one_line_with_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();

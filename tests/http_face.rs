@@ -97,7 +97,7 @@ async fn grpc_replay_of_a_byte_stream_names_its_content_type() {
     server.stop().await;
 }
 
-const SECRET: &str = "http-grant-secret";
+const SECRET: &str = "http-grant-secret-of-at-least-32-bytes";
 
 fn grant(conversations: &[(&str, Role)]) -> String {
     let exp = std::time::SystemTime::now()

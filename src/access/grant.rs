@@ -192,8 +192,10 @@ fn unauthenticated(reason: &str) -> Error {
 
 /// Signs `claims` with `secret` (HS256): what `tapedeck token` prints.
 ///
-/// Fails with `BadJwtKey` if signing fails.
+/// Fails with `BadJwtKey` if the secret is empty or too short
+/// ([`Secret::check_jwt_secret`]), or signing fails.
 pub fn mint(secret: &Secret, claims: &Claims) -> Result<String> {
+    secret.check_jwt_secret()?;
     let key = EncodingKey::from_secret(secret.expose().as_bytes());
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key).map_err(|err| {
         Error::BadJwtKey {

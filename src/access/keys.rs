@@ -6,6 +6,13 @@ use subtle::ConstantTimeEq;
 
 use crate::error::{Error, Result};
 
+/// Fewest bytes of an HS256 secret: RFC 7518 (section 3.2) asks for a key at least as long as
+/// the hash, 256 bits.
+pub const MIN_JWT_SECRET_BYTES: usize = 32;
+
+/// The setting an HS256 secret comes from, in both its forms, for error messages.
+const JWT_SECRET_SETTING: &str = "--jwt-secret (TAPEDECK_JWT_SECRET)";
+
 /// A secret string; its `Debug` shows nothing of it.
 #[derive(Clone, PartialEq, Eq)]
 pub struct Secret(String);
@@ -19,6 +26,30 @@ impl Secret {
     /// The secret itself.
     pub fn expose(&self) -> &str {
         &self.0
+    }
+
+    /// Checks that it may sign or check HS256 grants. An empty secret (an unset variable in a
+    /// compose file, say) would let anyone mint a valid grant, and a short one can be guessed.
+    ///
+    /// Fails with `BadJwtKey`, naming the flag and its variable (never the secret), when it is
+    /// empty or shorter than [`MIN_JWT_SECRET_BYTES`].
+    pub fn check_jwt_secret(&self) -> Result<()> {
+        let reason = if self.0.trim().is_empty() {
+            format!(
+                "{JWT_SECRET_SETTING} is empty: anyone could sign grants with it; set a random \
+                 secret of at least {MIN_JWT_SECRET_BYTES} bytes (e.g. `openssl rand -base64 32`), \
+                 or leave it unset"
+            )
+        } else if self.0.len() < MIN_JWT_SECRET_BYTES {
+            format!(
+                "{JWT_SECRET_SETTING} is shorter than {MIN_JWT_SECRET_BYTES} bytes, the least \
+                 HS256 allows (RFC 7518: 256 bits); set a random one (e.g. `openssl rand -base64 \
+                 32`)"
+            )
+        } else {
+            return Ok(());
+        };
+        Err(Error::BadJwtKey { reason })
     }
 }
 
@@ -42,18 +73,22 @@ impl ApiKey {
     ///
     /// Fails with `BadApiKey` when either side is empty or there is no `=`.
     pub fn parse(text: &str) -> Result<Self> {
-        match text.trim().split_once('=') {
+        // The text holds a secret: only its shape is described.
+        let reason = match text.trim().split_once('=') {
             Some((name, secret)) if !name.trim().is_empty() && !secret.trim().is_empty() => {
-                Ok(ApiKey {
+                return Ok(ApiKey {
                     name: name.trim().to_string(),
                     secret: Secret::new(secret.trim()),
-                })
+                });
             }
-            // The text holds a secret: only its shape is described.
-            _ => Err(Error::BadApiKey {
-                reason: "an API key is written name=secret, with neither side empty".into(),
-            }),
-        }
+            Some((name, _)) if !name.trim().is_empty() => format!(
+                "the secret of API key {} is empty: anyone could send it; an API key is \
+                 written name=secret",
+                name.trim()
+            ),
+            _ => "an API key is written name=secret, with neither side empty".into(),
+        };
+        Err(Error::BadApiKey { reason })
     }
 
     /// Reads `path`: one `name=secret` a line; blank lines and `#` comments are skipped.
@@ -69,14 +104,27 @@ impl ApiKey {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let key = ApiKey::parse(line).map_err(|_| Error::BadApiKey {
+            let key = ApiKey::parse(line).map_err(|err| Error::BadApiKey {
                 reason: format!(
-                    "{} line {}: an API key is written name=secret",
+                    "{} line {}: {}",
                     path.display(),
-                    n + 1
+                    n + 1,
+                    match err {
+                        Error::BadApiKey { reason } => reason,
+                        other => other.to_string(),
+                    }
                 ),
             })?;
             keys.push(key);
+        }
+        // A file meant to turn access control on that turns nothing on is a mistake.
+        if keys.is_empty() {
+            return Err(Error::BadApiKey {
+                reason: format!(
+                    "{} holds no API key: write one name=secret a line",
+                    path.display()
+                ),
+            });
         }
         Ok(keys)
     }
@@ -122,8 +170,20 @@ mod tests {
         let keys = ApiKeys::new(vec![key, ApiKey::parse("other=x").unwrap()]);
         assert_eq!(keys.find("s3cret"), Some("agent"));
         assert_eq!(keys.find("s3cre"), None);
-        for bad in ["", "name", "=secret", "name="] {
+        for bad in ["", "name", "=secret", "name=", "name=  "] {
             assert!(ApiKey::parse(bad).is_err(), "{bad:?}");
         }
+    }
+
+    #[test]
+    fn empty_and_short_jwt_secrets_are_refused_without_showing_them() {
+        for bad in ["", "   ", "shh", &"x".repeat(MIN_JWT_SECRET_BYTES - 1)] {
+            let err = Secret::new(bad).check_jwt_secret().unwrap_err().to_string();
+            assert!(err.contains("--jwt-secret"), "{err}");
+            assert!(err.contains("TAPEDECK_JWT_SECRET"), "{err}");
+            assert!(bad.trim().is_empty() || !err.contains(bad), "{err}");
+        }
+        let good = Secret::new("x".repeat(MIN_JWT_SECRET_BYTES));
+        assert!(good.check_jwt_secret().is_ok());
     }
 }

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use grant::GrantVerifier;
 pub use grant::{Claims, Grant, Role, WILDCARD, mint};
 use keys::ApiKeys;
-pub use keys::{ApiKey, Secret};
+pub use keys::{ApiKey, MIN_JWT_SECRET_BYTES, Secret};
 
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
@@ -42,6 +42,48 @@ impl AccessConfig {
     pub fn is_enabled(&self) -> bool {
         !self.api_keys.is_empty() || self.jwt_secret.is_some() || self.jwt_public_key.is_some()
     }
+
+    /// Checks that each configured credential is one: a credential that is set but empty
+    /// would turn access control on while letting anyone in.
+    ///
+    /// Fails with `BadJwtKey`, naming the flag and its variable, when the HS256 secret is
+    /// empty or shorter than [`MIN_JWT_SECRET_BYTES`], or the public key's path or file is
+    /// empty or cannot be read.
+    pub fn check(&self) -> Result<()> {
+        if let Some(secret) = &self.jwt_secret {
+            secret.check_jwt_secret()?;
+        }
+        if let Some(path) = &self.jwt_public_key {
+            read_public_key(path)?;
+        }
+        Ok(())
+    }
+}
+
+/// The setting of the public key, in both its forms, for error messages.
+const PUBLIC_KEY_SETTING: &str = "--jwt-public-key (TAPEDECK_JWT_PUBLIC_KEY)";
+
+/// The PEM text of the public key file at `path`.
+fn read_public_key(path: &std::path::Path) -> Result<Vec<u8>> {
+    let bad = |reason: String| Error::BadJwtKey { reason };
+    if path.as_os_str().is_empty() {
+        return Err(bad(format!(
+            "{PUBLIC_KEY_SETTING} is empty: name a PEM public key file, or leave it unset"
+        )));
+    }
+    let pem = std::fs::read(path).map_err(|err| {
+        bad(format!(
+            "{PUBLIC_KEY_SETTING}: cannot read {}: {err}",
+            path.display()
+        ))
+    })?;
+    if pem.trim_ascii().is_empty() {
+        return Err(bad(format!(
+            "{PUBLIC_KEY_SETTING}: {} is empty; it must hold a PEM public key",
+            path.display()
+        )));
+    }
+    Ok(pem)
 }
 
 /// An operation on a conversation, as the rules name it.
@@ -162,15 +204,15 @@ impl Guard {
 
     /// A guard for `config`; off when it configures nothing.
     ///
-    /// Fails with `BadJwtKey` when the public key cannot be read or used.
+    /// Fails with `BadJwtKey` when a credential is empty or too short (see
+    /// [`AccessConfig::check`]) or the public key cannot be read or used.
     pub fn new(config: &AccessConfig) -> Result<Self> {
         if !config.is_enabled() {
             return Ok(Self::off());
         }
+        config.check()?;
         let public = match &config.jwt_public_key {
-            Some(path) => Some(std::fs::read(path).map_err(|err| Error::BadJwtKey {
-                reason: format!("cannot read {}: {err}", path.display()),
-            })?),
+            Some(path) => Some(read_public_key(path)?),
             None => None,
         };
         let grants = (config.jwt_secret.is_some() || public.is_some())

@@ -19,12 +19,13 @@ pub(crate) enum DbCommand {
         #[arg(long)]
         json: bool,
     },
-    /// redb's integrity check plus tapedeck's own invariants; exit code 1 if anything is wrong.
+    /// redb's integrity check plus tapedeck's own invariants, without changing the file; exit
+    /// code 1 if anything is wrong.
     Check {
         #[command(flatten)]
         dir: DataDir,
     },
-    /// Give the file's free pages back to the file system.
+    /// Give the file's free pages back to the file system (a damaged file is refused).
     Compact {
         #[command(flatten)]
         dir: DataDir,
@@ -106,7 +107,7 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                 if stats.log_bytes > 0 {
                     writeln!(
                         out,
-                        "write-ahead log: {} bytes of commits not in the file yet (`db check` or a start applies them)",
+                        "write-ahead log: {} bytes of commits not in the file yet (a start of the server applies them)",
                         stats.log_bytes
                     )?;
                 }

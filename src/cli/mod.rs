@@ -2,6 +2,7 @@
 //! replay to stdout, list, inspect, delete, cancel, check. Each prints its result on stdout
 //! (a table or JSON) and any error as one line on stderr, with a non-zero exit code.
 pub(crate) mod db;
+pub(crate) mod escape;
 mod output;
 
 use std::io::{Read, Write};
@@ -159,7 +160,7 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
         }
         ClientCommand::Inspect { id, .. } => {
             let info = client.get(id.as_bytes()).await.map_err(status_error)?;
-            writeln!(out, "{}", output::recording_json(&info))?;
+            writeln!(out, "{}", escape::json_line(&output::recording_json(&info)))?;
         }
         ClientCommand::Rm { id, .. } => {
             let existed = client.delete(id.as_bytes()).await.map_err(status_error)?;
@@ -168,13 +169,16 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
             } else {
                 "nothing to delete"
             };
-            writeln!(out, "{id}: {what}")?;
+            writeln!(out, "{}: {what}", escape::for_terminal(&id))?;
         }
         ClientCommand::Cancel { id, .. } => {
             if !client.cancel(id.as_bytes()).await.map_err(status_error)? {
-                bail!("conversation {id} has no live recording to cancel");
+                bail!(
+                    "conversation {} has no live recording to cancel",
+                    escape::for_terminal(&id)
+                );
             }
-            writeln!(out, "{id}: cancelled")?;
+            writeln!(out, "{}: cancelled", escape::for_terminal(&id))?;
         }
         ClientCommand::Check { ids, json, .. } => {
             let asked: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();
@@ -211,7 +215,10 @@ async fn record(client: &Client, id: &str, resume: bool) -> Result<()> {
         }
     }
     recording.complete().await.map_err(status_error)?;
-    eprintln!("tapedeck: recorded {total} bytes as {id}");
+    eprintln!(
+        "tapedeck: recorded {total} bytes as {}",
+        escape::for_terminal(id)
+    );
     Ok(())
 }
 
@@ -289,7 +296,7 @@ async fn replay(
     .map_err(status_error)?;
     while let Some(piece) = replay.next().await.map_err(status_error)? {
         if chunked {
-            writeln!(out, "{}", output::piece_json(&piece))?;
+            writeln!(out, "{}", escape::json_line(&output::piece_json(&piece)))?;
         } else {
             out.write_all(piece.content.as_bytes())?;
         }

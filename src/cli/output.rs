@@ -1,10 +1,13 @@
-//! How the client commands print: recordings as a table or JSON, ids, replayed chunks.
+//! How the client commands print: recordings as a table or JSON, ids, replayed chunks. Ids
+//! and JSON lines go through [`escape`] so that no control character reaches the terminal.
 use std::io::Write;
 
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use tapedeck::client::Piece;
 use tapedeck::pb::tapedeck::{Recording, RecordingStatus};
+
+use super::escape;
 
 /// A status's name as the CLI shows and takes it: `completed`, `recording`, …
 pub(crate) fn status_name(raw: i32) -> String {
@@ -55,12 +58,13 @@ pub(crate) fn recording_json(r: &Recording) -> Value {
 pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) -> Result<()> {
     if json {
         let array: Vec<Value> = all.iter().map(recording_json).collect();
-        writeln!(out, "{}", Value::Array(array))?;
+        writeln!(out, "{}", escape::json_line(&Value::Array(array)))?;
         return Ok(());
     }
-    let width = all
+    let shown: Vec<String> = all.iter().map(|r| escape::id(&r.conversation_id)).collect();
+    let width = shown
         .iter()
-        .map(|r| String::from_utf8_lossy(&r.conversation_id).chars().count())
+        .map(|id| id.chars().count())
         .max()
         .unwrap_or(0)
         .max("CONVERSATION".len());
@@ -69,11 +73,11 @@ pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) ->
         "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  CREATED",
         "CONVERSATION", "STATUS", "BYTES", "CHUNKS", "READERS"
     )?;
-    for r in all {
+    for (r, id) in all.iter().zip(shown) {
         writeln!(
             out,
             "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {}",
-            String::from_utf8_lossy(&r.conversation_id),
+            id,
             status_name(r.status),
             r.byte_length,
             r.chunk_count,
@@ -91,10 +95,10 @@ pub(crate) fn ids(ids: &[Vec<u8>], json: bool, out: &mut impl Write) -> Result<(
         .map(|id| String::from_utf8_lossy(id).into_owned())
         .collect();
     if json {
-        writeln!(out, "{}", json!(texts))?;
+        writeln!(out, "{}", escape::json_line(&json!(texts)))?;
     } else {
         for text in texts {
-            writeln!(out, "{text}")?;
+            writeln!(out, "{}", escape::for_terminal(&text))?;
         }
     }
     Ok(())

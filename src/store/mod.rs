@@ -20,6 +20,8 @@
 //!   its schema, and finding what the last run left live;
 //!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
 //!   rows, tombstones and pages of them.
+//! - `offline`: the `tapedeck db` tools; `overlay`: the storage they read a file through,
+//!   holding redb's writes in memory so that a check never changes the file.
 
 mod batch;
 mod database;
@@ -27,6 +29,7 @@ mod journal;
 mod listing;
 mod live;
 pub mod offline;
+mod overlay;
 mod pacing;
 mod pipeline;
 mod publish;

@@ -1,14 +1,21 @@
-//! Offline tools on a stopped server's database file: statistics (read-only), a check of
-//! redb's integrity and of tapedeck's own invariants, and compaction. redb's file lock makes
-//! each refuse, clearly, while a server holds the file.
+//! Offline tools on a stopped server's database file: statistics, a check of redb's integrity
+//! and of tapedeck's own invariants, and compaction. redb's file lock makes each refuse,
+//! clearly, while a server holds the file.
+//!
+//! Each tool first has redb check the whole file (every page's checksum) through an
+//! [`Overlay`], which keeps whatever redb writes (its recovery, a replayed log) in memory: a
+//! damaged file is refused with one line and is never written, and no tool reports numbers
+//! or "no problems" off a file redb's check finds damaged. Only `compact`, on a file that
+//! passed, writes to it.
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 
 use redb::{
-    Database, DatabaseError, ReadOnlyDatabase, ReadableDatabase, ReadableTable,
-    ReadableTableMetadata,
+    Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
 };
 
+use super::overlay::Overlay;
+use super::recovery::quietly_catch_panic;
 use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
 use super::segment::Segment;
 use super::wal;
@@ -47,10 +54,14 @@ pub type Problems = Vec<String>;
 /// Reads `path`'s statistics without changing the file; `progress` is told the rows done so
 /// far and the total.
 ///
-/// Fails with `Storage` (naming the cause: held by a running server, needs repair) or a
-/// decoding error.
-pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
-    let db = ReadOnlyDatabase::open(path).map_err(|err| open_error(path, err))?;
+/// Fails with `Offline` when the file cannot be opened (a running server holds it) or redb's
+/// integrity check finds it damaged, or with a decoding error.
+pub fn stats(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Stats> {
+    let db = verified(path)?;
+    guarded(path, || read_stats(&db, path, progress))
+}
+
+fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
     let txn = db.begin_read().map_err(Error::storage)?;
     let rows = txn.open_table(RECORDINGS).map_err(Error::storage)?;
     let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
@@ -100,18 +111,24 @@ pub fn stats(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
     Ok(stats)
 }
 
-/// Checks `path`: redb's own integrity check (which repairs what it can), then tapedeck's
-/// invariants: the schema version, every row and tombstone decodes, the start index and the
-/// expiry schedule match the rows, every chunk and journal entry belongs to a stored
-/// recording. `progress` is told the rows done and the total.
+/// Checks `path` without changing it: redb's own integrity check, then, with the commits its
+/// write-ahead log holds applied in memory, tapedeck's invariants: the schema version, every
+/// row and tombstone decodes, the start index and the expiry schedule match the rows, every
+/// chunk and journal entry belongs to a stored recording. `progress` is told the rows done
+/// and the total.
 ///
-/// Fails with `Storage` when the file cannot be opened (a running server holds it).
-pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems> {
-    let mut db = open_replayed(path)?;
+/// Fails with `Offline` when the file cannot be opened (a running server holds it) or redb's
+/// integrity check finds it damaged.
+pub fn check(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Problems> {
+    let db = verified(path)?;
+    guarded(path, || {
+        wal::replay(&db, &wal::path_of(path))?;
+        check_invariants(&db, progress)
+    })
+}
+
+fn check_invariants(db: &Database, mut progress: impl FnMut(u64, u64)) -> Result<Problems> {
     let mut problems = Problems::new();
-    if !db.check_integrity().map_err(Error::storage)? {
-        problems.push("redb's integrity check found damage, and repaired the file".into());
-    }
     let txn = db.begin_read().map_err(Error::storage)?;
     let version = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?;
     if version != Some(schema::SCHEMA_VERSION) {
@@ -218,10 +235,11 @@ pub fn check(path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Problems
 }
 
 /// Compacts `path`, giving free pages back to the file system. Returns the file's size
-/// before and after.
+/// before and after. A file redb's check finds damaged is refused untouched: compacting
+/// would rewrite it from damaged pages.
 ///
-/// Fails with `Storage` when the file cannot be opened (a running server holds it) or
-/// compacted.
+/// Fails with `Offline` when the file cannot be opened (a running server holds it) or is
+/// damaged, or with `Storage` when it cannot be compacted.
 pub fn compact(path: &Path) -> Result<(u64, u64)> {
     let size = || {
         std::fs::metadata(path)
@@ -229,10 +247,87 @@ pub fn compact(path: &Path) -> Result<(u64, u64)> {
             .map_err(Error::storage)
     };
     let before = size()?;
-    let mut db = open_replayed(path)?;
-    while db.compact().map_err(Error::storage)? {}
-    drop(db);
+    drop(verified(path)?);
+    guarded(path, || {
+        let mut db = open_replayed(path)?;
+        while db.compact().map_err(Error::storage)? {}
+        drop(db);
+        Ok(())
+    })?;
     Ok((before, size()?))
+}
+
+/// Bytes of pages redb may cache while a tool reads a file.
+const TOOL_CACHE_BYTES: usize = 64 * 1024 * 1024;
+
+/// `path` opened through an [`Overlay`] (nothing is written to the file) and checked by redb:
+/// every page of its committed trees matches its checksum.
+///
+/// Fails with `Offline` when it cannot be opened, is in use, or is damaged.
+fn verified(path: &Path) -> Result<Database> {
+    let file = std::fs::File::options()
+        .read(true)
+        .write(true)
+        .open(path)
+        .map_err(|err| Error::Offline {
+            reason: format!("cannot open {}: {err}", path.display()),
+        })?;
+    let overlay = Overlay::new(file).map_err(|err| Error::Offline {
+        reason: format!("cannot read {}: {err}", path.display()),
+    })?;
+    if overlay.len().unwrap_or(0) == 0 {
+        // redb would make a new database of an empty file.
+        return Err(Error::Offline {
+            reason: format!("{} is empty: it is not a tapedeck database", path.display()),
+        });
+    }
+    // A plain open may panic on a file changed outside redb (redb says so of its open); the
+    // check that follows reports damage as an error. A panic here is a damaged file too.
+    let checked = quietly_catch_panic(|| {
+        let mut db = redb::Builder::new()
+            .set_cache_size(TOOL_CACHE_BYTES)
+            .create_with_backend(overlay)
+            .map_err(|err| match err {
+                DatabaseError::DatabaseAlreadyOpen => open_error(path, err),
+                // The file was there and readable: what redb cannot open in it is damage (a
+                // header that points past the end, say).
+                other => damaged(path, &format!("redb cannot open it: {other}")),
+            })?;
+        match db.check_integrity() {
+            Ok(true) => Ok(db),
+            Ok(false) => Err(damaged(
+                path,
+                "redb's integrity check failed (only going back to an earlier commit would \
+                 make it consistent)",
+            )),
+            Err(DatabaseError::Storage(redb::StorageError::Corrupted(detail))) => Err(damaged(
+                path,
+                &format!("redb's integrity check failed: {detail}"),
+            )),
+            Err(err) => Err(Error::Offline {
+                reason: format!("cannot check {}: {err}", path.display()),
+            }),
+        }
+    });
+    checked.unwrap_or_else(|panic| Err(damaged(path, &format!("redb cannot read it ({panic})"))))
+}
+
+/// Runs `work` on a file that passed redb's check; should redb still panic on it, that is a
+/// damaged file, reported as such.
+fn guarded<T>(path: &Path, work: impl FnOnce() -> Result<T>) -> Result<T> {
+    quietly_catch_panic(work)
+        .unwrap_or_else(|panic| Err(damaged(path, &format!("redb cannot read it ({panic})"))))
+}
+
+/// A damaged file, with what to do about it.
+fn damaged(path: &Path, detail: &str) -> Error {
+    Error::Offline {
+        reason: format!(
+            "{} is damaged: {detail}; it was not changed: restore it from a backup, or move it \
+             away to start with an empty one",
+            path.display()
+        ),
+    }
 }
 
 /// The number `name` in the `meta` table, if the file has it.

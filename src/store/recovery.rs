@@ -128,7 +128,7 @@ thread_local! {
 
 /// Runs `f`, turning a panic into `Err(message)` without the default hook printing a message
 /// and backtrace. Panics on other threads are reported as usual.
-fn quietly_catch_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
+pub(crate) fn quietly_catch_panic<T>(f: impl FnOnce() -> T) -> std::result::Result<T, String> {
     static INSTALL: std::sync::Once = std::sync::Once::new();
     INSTALL.call_once(|| {
         let previous = std::panic::take_hook();

@@ -578,10 +578,26 @@ pub(crate) fn try_spawn_serving(
 
 /// Runs `tapedeck serve` with `args` until it exits by itself (at most [`WAIT`]), with
 /// `RUST_BACKTRACE=1` so that a panic would show; returns its exit status and its stderr.
+/// The HTTP face is off unless `args` set `--http-listen`: its default port is one fixed port
+/// that parallel tests (and a server running on the machine) would race for.
 pub(crate) fn run_binary_to_exit(args: &[&std::ffi::OsStr]) -> (std::process::ExitStatus, String) {
+    run_binary_to_exit_with_env(args, &[])
+}
+
+/// As [`run_binary_to_exit`], with the environment variables `env` set.
+pub(crate) fn run_binary_to_exit_with_env(
+    args: &[&std::ffi::OsStr],
+    env: &[(&str, &str)],
+) -> (std::process::ExitStatus, String) {
+    let http_off = (!args.contains(&std::ffi::OsStr::new("--http-listen")))
+        .then_some(["--http-listen", "off"])
+        .into_iter()
+        .flatten();
     let child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
+        .args(http_off)
         .args(args)
+        .envs(env.iter().copied())
         .env("RUST_BACKTRACE", "1")
         .stdout(std::process::Stdio::null())
         .stderr(std::process::Stdio::piped())
