@@ -7,10 +7,12 @@ mod common;
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdout, Command, Stdio};
+
 use std::time::Duration;
 
 use common::{BinaryServer, replay_text};
 use tapedeck::pb::CheckRecordingsRequest;
+use tokio::sync::mpsc;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Calls sharing the one channel.
@@ -78,17 +80,24 @@ fn ids(prefix: &str) -> Vec<Vec<u8>> {
         .collect()
 }
 
-/// Reads one line of the script's stdout, failing the test after [`START_LIMIT`].
-fn read_line(stdout: BufReader<ChildStdout>) -> (String, BufReader<ChildStdout>) {
-    let (done, line) = std::sync::mpsc::channel();
+/// The script's stdout, line by line, as it comes; the channel closes when the script exits.
+fn lines_of(stdout: ChildStdout) -> mpsc::UnboundedReceiver<String> {
+    let (lines, receiver) = mpsc::unbounded_channel();
     std::thread::spawn(move || {
-        let mut stdout = stdout;
-        let mut line = String::new();
-        let _ = stdout.read_line(&mut line);
-        let _ = done.send((line, stdout));
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if lines.send(line).is_err() {
+                return;
+            }
+        }
     });
-    line.recv_timeout(START_LIMIT)
-        .expect("the Python producers did not start in time")
+    receiver
+}
+
+/// The script's next line, or `None` once it has exited; fails the test after `limit`.
+async fn next_line(lines: &mut mpsc::UnboundedReceiver<String>, limit: Duration) -> Option<String> {
+    tokio::time::timeout(limit, lines.recv())
+        .await
+        .expect("the Python producers said nothing in time")
 }
 
 /// Waits (at most [`START_LIMIT`]) until the server holds every one of `ids` as a live recording:
@@ -145,36 +154,34 @@ async fn many_producers_share_one_channel(api: &str) {
         .unwrap();
     let mut producers = Producers(Some(python));
     let python = producers.0.as_mut().unwrap();
-    let stdout = BufReader::new(python.stdout.take().unwrap());
-    let (started, stdout) = read_line(stdout);
-    assert_eq!(started.trim(), "started");
-    wait_all_live(&server, &ids, python).await;
-
-    // The server falls behind for a moment while every producer sends all its tokens.
-    unsafe { libc::kill(server.pid(), libc::SIGSTOP) };
-    let mut stdin = python.stdin.take().unwrap();
-    writeln!(stdin, "go").unwrap();
-    drop(stdin);
-    tokio::time::sleep(STALL).await;
-    unsafe { libc::kill(server.pid(), libc::SIGCONT) };
-
-    // Both pipes drained at once, so that neither fills and holds the script up.
+    let mut lines = lines_of(python.stdout.take().unwrap());
+    // Drained all along, so that a full pipe never holds the script up.
     let mut stderr = python.stderr.take().unwrap();
     let log = std::thread::spawn(move || {
         let mut log = String::new();
         let _ = std::io::Read::read_to_string(&mut stderr, &mut log);
         log
     });
-    let (done, outcome) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        let (mut stdout, mut summary) = (stdout, String::new());
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut summary);
-        let _ = done.send(summary);
-    });
-    let summary = tokio::task::spawn_blocking(move || outcome.recv_timeout(RUN_LIMIT))
-        .await
-        .unwrap()
-        .expect("the Python producers did not finish in time");
+    let started = next_line(&mut lines, START_LIMIT).await;
+    assert_eq!(started.as_deref(), Some("started"));
+    wait_all_live(&server, &ids, python).await;
+
+    // The server falls behind while every producer sends all its tokens: stopped until they
+    // are all on the connection (or the script gave up), and for STALL at least.
+    unsafe { libc::kill(server.pid(), libc::SIGSTOP) };
+    let stopped = tokio::time::Instant::now();
+    let mut stdin = python.stdin.take().unwrap();
+    writeln!(stdin, "go").unwrap();
+    drop(stdin);
+    let sent = next_line(&mut lines, START_LIMIT).await;
+    tokio::time::sleep_until(stopped + STALL).await;
+    unsafe { libc::kill(server.pid(), libc::SIGCONT) };
+
+    let mut summary = sent.unwrap_or_default();
+    while let Some(line) = next_line(&mut lines, RUN_LIMIT).await {
+        summary.push('\n');
+        summary.push_str(&line);
+    }
     let log = log.join().unwrap();
     let status = python.wait().unwrap();
     assert!(

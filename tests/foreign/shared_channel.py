@@ -3,8 +3,10 @@ message: the way an agent server shares one channel across all the recordings it
 
 Driven by tests/foreign_shared_channel.rs. Every call sends its first message (the id) at once,
 then waits for a line "go" on stdin (the harness stops the server meanwhile, so the tokens pile
-up on the connection), then sends its tokens, one per message, and `complete=true`. Prints one
-JSON line: what went wrong, if anything; exits 1 when any call did not end as it should.
+up on the connection), then sends its tokens, one per message, and `complete=true`. Prints
+"sent" once every call has handed all its messages to the connection (the harness then lets
+the server go on), then one JSON line: what went wrong, if anything; exits 1 when any call did
+not end as it should.
 
 Stubs: python -m grpc_tools.protoc -I proto --python_out=OUT --grpc_python_out=OUT \
            proto/memory/v1/response_recorder.proto proto/memory/v1/response_resumer.proto
@@ -41,40 +43,59 @@ def tokens_of(producer: int, count: int) -> list[str]:
     return [f" t{producer}.{j}" for j in range(count)]
 
 
-def record_requests(conversation: bytes, tokens: list[str], go: threading.Event):
+class Sent:
+    """Counts the calls whose messages have all been sent; says "sent" when all have."""
+
+    def __init__(self, calls: int):
+        self.left = calls
+        self.lock = threading.Lock()
+
+    def one(self) -> None:
+        with self.lock:
+            self.left -= 1
+            if self.left == 0:
+                print("sent", flush=True)
+
+
+def record_requests(conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent):
     yield recorder_pb.RecordRequest(conversation_id=conversation)
     go.wait()
     for token in tokens:
         yield recorder_pb.RecordRequest(content=token)
     yield recorder_pb.RecordRequest(complete=True)
+    # grpcio asks for the next message only once the last one's send has completed.
+    sent.one()
 
 
-def legacy_requests(conversation: bytes, tokens: list[str], go: threading.Event):
+def legacy_requests(conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent):
     yield resumer_pb.StreamResponseTokenRequest(conversation_id=conversation)
     go.wait()
     for token in tokens:
         yield resumer_pb.StreamResponseTokenRequest(token=token)
     yield resumer_pb.StreamResponseTokenRequest(complete=True)
+    sent.one()
 
 
-def record(channel, conversation: bytes, tokens: list[str], go: threading.Event) -> str | None:
+def record(channel, conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent) -> str | None:
     """One current-API call; None when it ended SUCCESS, else what happened."""
     stub = recorder_rpc.ResponseRecorderServiceStub(channel)
     answer = stub.Record(
-        record_requests(conversation, tokens, go), timeout=CALL_TIMEOUT_SECONDS
+        record_requests(conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
     )
     if answer.status != recorder_pb.RECORD_STATUS_SUCCESS:
         return f"status {answer.status}: {answer.error_message}"
     return None
 
 
-def stream_tokens(channel, conversation: bytes, tokens: list[str], go: threading.Event) -> str | None:
+def stream_tokens(
+    channel, conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent
+) -> str | None:
     """One legacy call; None when every request got a successful ack, the last one at the
     recording's full length, and the stream closed OK."""
     stub = resumer_rpc.ResponseResumerServiceStub(channel)
     acks = list(
         stub.StreamResponseTokens(
-            legacy_requests(conversation, tokens, go), timeout=CALL_TIMEOUT_SECONDS
+            legacy_requests(conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
         )
     )
     # One ack per request: the id, each token, and the completion.
@@ -101,13 +122,14 @@ def main() -> None:
 
     call = record if args.api == "recorder" else stream_tokens
     go = threading.Event()
+    sent = Sent(args.producers)
     failures: list[str] = []
     lock = threading.Lock()
 
     def producer(i: int, channel) -> None:
         conversation = f"{args.prefix}-{i}".encode()
         try:
-            failure = call(channel, conversation, tokens_of(i, args.tokens), go)
+            failure = call(channel, conversation, tokens_of(i, args.tokens), go, sent)
         except grpc.RpcError as err:
             failure = f"{err.code().name}: {err.details()}"
         except Exception as err:  # noqa: BLE001 - any failure is reported, not raised
