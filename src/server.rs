@@ -15,12 +15,23 @@ use crate::locator::Locator;
 use crate::recorder::{Limits, LivePolicy, Recorder, sweeper};
 use crate::store::{Store, StoreOptions};
 
-/// HTTP/2 flow-control windows, per connection and per stream: what a client may send before
-/// the server has read it. hyper's default is 1 MiB each; while the commit queue is full,
-/// every connection of a bulk load filled its window in memory. 256 KiB loses no throughput
-/// on the bench's loads (bulk load peak RSS 183 / 205 → 166 / 156 MiB, `Record` in (b) within
-/// 3%).
-const HTTP2_WINDOW_BYTES: u32 = 256 * 1024;
+/// HTTP/2 flow-control window per stream: what one call may send before the server has read
+/// it. hyper's default is 1 MiB; while the commit queue is full every stream fills its window
+/// in memory, so it stays small. An LLM response's tokens are a few bytes each, and a chunk of
+/// `--max-chunk-bytes` still flows, one window at a time.
+const HTTP2_STREAM_WINDOW_BYTES: u32 = 64 * 1024;
+
+/// HTTP/2 flow-control window per connection: what all calls on one connection together may
+/// send before the server has read it. h2 also sizes its flood guard from it: each DATA frame
+/// under 256 bytes not yet read costs `256 - its length` from a budget of half this window,
+/// and a connection that overdraws it gets GOAWAY `ENHANCE_YOUR_CALM` (hyper does not let the
+/// budget be set apart). grpcio sends every message in a frame of its own, so a thousand
+/// producers on one channel whose tokens pile up while the server stalls for a moment hold
+/// some 20,000 frames of ~15 bytes: ~5 MiB of budget. 16 MiB (a budget of 8 MiB, ~34,000
+/// such frames) holds that; 256 KiB (~530 frames) cut every call on the channel. It is also
+/// what one connection can make the server hold: at most this many bytes of data plus the
+/// budget's worth of frame bookkeeping.
+const HTTP2_CONNECTION_WINDOW_BYTES: u32 = 16 * 1024 * 1024;
 
 /// Pings an idle connection this often, so a vanished peer is noticed.
 const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(20);
@@ -118,8 +129,8 @@ pub async fn run(
     )
     .await?;
     let mut server = Server::builder()
-        .initial_connection_window_size(HTTP2_WINDOW_BYTES)
-        .initial_stream_window_size(HTTP2_WINDOW_BYTES);
+        .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES)
+        .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES);
     if let Some(files) = &config.tls {
         server = server
             .tls_config(tls_config(files)?)
