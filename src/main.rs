@@ -471,7 +471,7 @@ fn one_line(err: &anyhow::Error) -> String {
         }
     }
     // An error may quote text from elsewhere (an id, a server's message): shown inert.
-    cli::escape::for_terminal(&line.replace(['\n', '\r'], " "))
+    cli::escape::for_terminal(&line)
 }
 
 /// Binds the port first, so that a busy port leaves the database untouched; then opens the

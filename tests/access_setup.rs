@@ -111,6 +111,11 @@ fn empty_api_key_secrets_and_empty_key_files_are_refused() {
     let (flag, variable) = ("--api-key", "TAPEDECK_API_KEYS");
     assert_credential_refused(&[flag, "agent="], &[], flag, variable, &[]);
     assert_credential_refused(&[flag, "agent= "], &[], flag, variable, &[]);
+    // A base64 secret given without its name: its "name" is the secret, never shown.
+    let bare = "c2VjcmV0LXdpdGgtcGFkZGluZw";
+    for padded in [format!("{bare}="), format!("{bare}==")] {
+        assert_credential_refused(&[flag, &padded], &[], flag, variable, &[bare]);
+    }
     assert_credential_refused(&[], &[(variable, "")], flag, variable, &[]);
     assert_credential_refused(
         &[],

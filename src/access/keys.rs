@@ -74,18 +74,23 @@ impl ApiKey {
     /// Fails with `BadApiKey` when either side is empty or there is no `=`.
     pub fn parse(text: &str) -> Result<Self> {
         // The text holds a secret: only its shape is described.
+        // A secret of nothing but `=` is padding: a base64 secret given without its name
+        // (`c2VjcmV0=`) splits into a "name" that is the secret and an empty one. So the name
+        // is never shown either.
         let reason = match text.trim().split_once('=') {
-            Some((name, secret)) if !name.trim().is_empty() && !secret.trim().is_empty() => {
+            Some((name, secret))
+                if !name.trim().is_empty() && !secret.trim().trim_matches('=').is_empty() =>
+            {
                 return Ok(ApiKey {
                     name: name.trim().to_string(),
                     secret: Secret::new(secret.trim()),
                 });
             }
-            Some((name, _)) if !name.trim().is_empty() => format!(
-                "the secret of API key {} is empty: anyone could send it; an API key is \
-                 written name=secret",
-                name.trim()
-            ),
+            Some((name, _)) if !name.trim().is_empty() => {
+                "an API key has an empty secret (or only '='): anyone could send it; an API \
+                 key is written name=secret"
+                    .into()
+            }
             _ => "an API key is written name=secret, with neither side empty".into(),
         };
         Err(Error::BadApiKey { reason })

@@ -173,10 +173,8 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
         }
         ClientCommand::Cancel { id, .. } => {
             if !client.cancel(id.as_bytes()).await.map_err(status_error)? {
-                bail!(
-                    "conversation {} has no live recording to cancel",
-                    escape::for_terminal(&id)
-                );
+                // Escaped once, with the rest of the error line, where it is printed.
+                bail!("conversation {id} has no live recording to cancel");
             }
             writeln!(out, "{}: cancelled", escape::for_terminal(&id))?;
         }

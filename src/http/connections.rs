@@ -18,8 +18,8 @@ use tower_service::Service;
 /// How the face bounds its connections and requests.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
-    /// Longest a request's head, and then its body, may take to arrive; an idle keep-alive
-    /// connection is closed after it too. Default 30 seconds.
+    /// Longest a request's head, and then its body, may take to arrive; an idle HTTP/1.1
+    /// keep-alive connection is closed after it too. Default 30 seconds.
     pub request_timeout: Duration,
     /// Most connections served at once. Default 4096.
     pub max_connections: usize,

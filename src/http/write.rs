@@ -146,6 +146,8 @@ impl HttpFace {
         };
         // A fork holds its source's lock until its create is committed: the source's row
         // (and its fork count, which the store adds in that commit) cannot change meanwhile.
+        // Lock order, to stay free of deadlocks: a stream's lock is taken before its
+        // ancestors' (here the source's, then whatever reading the source locks), never after.
         let source = match &ask.fork {
             Some(fork) => Some(self.fork_source(fork).await?),
             None => None,

@@ -183,9 +183,9 @@ impl Producer {
         self.detach(STREAM_ENDED_WITHOUT_COMPLETE.into());
         format!(
             "not completed: the request stream ended without a message with complete=true. \
-             The recording stays live for the producer grace period (--producer-grace): \
-             resume it with resume_from_offset={sent} and finish it with complete=true, \
-             or it ends as interrupted"
+             The recording waits --producer-grace for its producer, then ends as interrupted; \
+             either way, resume it with resume_from_offset={sent} and finish it with \
+             complete=true"
         )
     }
 

@@ -254,9 +254,11 @@ def sync_shared_channel(server, api):
     for index in range(1, SHARED_CALLS, 2):
         cid = f"grpcio-shared-sync-{api}-{index}".encode()
         server.wait_committed(cid, SENT)
-        while index not in answers:
-            time.sleep(0.01)
-        answers[index].cancel()
+        deadline = time.monotonic() + WAIT
+        while index not in answers and time.monotonic() < deadline:
+            time.sleep(0.01)  # its thread opens the call; it has already sent its tokens
+        if index in answers:
+            answers[index].cancel()
     for thread in threads:
         thread.join(WAIT)
     release.set()
