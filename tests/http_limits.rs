@@ -233,6 +233,30 @@ async fn a_request_whose_head_never_ends_is_closed_after_the_request_timeout() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bounded(dir.path(), Duration::from_millis(500), 100).await;
+    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
+    // HTTP/2 with prior knowledge (h2c), as a proxy or a gRPC-style client speaks it.
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("/v1/stream/none")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let answer = sender.send_request(request).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::NOT_FOUND);
+    drop(answer);
+    // Nothing more is asked: the server closes the connection (GOAWAY), which ends it here.
+    let closed = tokio::time::timeout(WAIT, connection).await;
+    assert!(closed.is_ok(), "the idle HTTP/2 connection was kept open");
+    server.stop().await;
+}
+
 /// Whether a GET over `stream` is answered (a whole 404 response, body included).
 async fn answers(stream: &mut TcpStream) -> bool {
     // A refused connection may be closed before the request is written.

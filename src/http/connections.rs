@@ -2,6 +2,7 @@
 //! 503 and closed), and no request may take longer than `--http-request-timeout` to arrive
 //! (its head here, its body in the handler), so that silent clients cannot pile up.
 use std::future::Future;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,8 +19,8 @@ use tower_service::Service;
 /// How the face bounds its connections and requests.
 #[derive(Debug, Clone, Copy)]
 pub struct Bounds {
-    /// Longest a request's head, and then its body, may take to arrive; an idle HTTP/1.1
-    /// keep-alive connection is closed after it too. Default 30 seconds.
+    /// Longest a request's head, and then its body, may take to arrive; a connection with no
+    /// request or response under way is closed after it too. Default 30 seconds.
     pub request_timeout: Duration,
     /// Most connections served at once. Default 4096.
     pub max_connections: usize,
@@ -91,14 +92,24 @@ pub(crate) async fn serve(
         };
         // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back.
         let _ = stream.set_nodelay(true);
-        let arrived = Arc::new(Notify::new());
+        let activity = Arc::new(Activity::default());
         let service = {
             let router = router.clone();
-            let arrived = arrived.clone();
+            let activity = activity.clone();
             hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                arrived.notify_one();
+                let active = activity.begin();
                 let mut router = router.clone();
-                router.call(request.map(axum::body::Body::new))
+                let response = router.call(request.map(axum::body::Body::new));
+                async move {
+                    let response = response.await?;
+                    // Busy until the response's body is done (an SSE stream's hour included).
+                    Ok::<_, std::convert::Infallible>(response.map(|body| {
+                        axum::body::Body::new(Counted {
+                            body,
+                            _active: active,
+                        })
+                    }))
+                }
             })
         };
         let connection = builder
@@ -108,23 +119,28 @@ pub(crate) async fn serve(
         let warnings = warnings.clone();
         let timeout = bounds.request_timeout;
         // Driven to its end: closed if its first request's head has not arrived within the
-        // timeout (hyper bounds the heads after it), finished gracefully once `stop` fires.
+        // timeout (hyper bounds an HTTP/1.1 connection's later heads), finished gracefully
+        // once it has been idle that long (no request or response under way, on HTTP/1.1 and
+        // HTTP/2 alike) or once `stop` fires.
         connections.spawn(async move {
             let _permit = permit;
             tokio::pin!(connection);
-            let first = tokio::time::timeout(timeout, arrived.notified());
-            tokio::pin!(first);
-            let mut waiting_first = true;
+            let mut idle_since = Some(tokio::time::Instant::now());
             let mut stopping = false;
             let result = loop {
+                let idle_until = idle_since.map(|since| since + timeout);
                 tokio::select! {
                     result = connection.as_mut() => break result,
-                    timed_out = &mut first, if waiting_first => {
-                        waiting_first = false;
-                        if timed_out.is_err() {
+                    () = activity.changed.notified() => {
+                        idle_since = activity.is_idle().then(tokio::time::Instant::now);
+                    }
+                    () = sleep_until_some(idle_until), if !stopping => {
+                        if !activity.served_any() {
                             warnings.slow.bite(|n| slow_warning(timeout, n));
                             return;
                         }
+                        stopping = true;
+                        connection.as_mut().graceful_shutdown();
                     }
                     () = stop.cancelled(), if !stopping => {
                         stopping = true;
@@ -143,6 +159,77 @@ pub(crate) async fn serve(
     stop.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// Sleeps until `deadline`, or for ever without one.
+async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
+}
+
+/// What one connection is doing: requests under way (until their responses' bodies are done).
+#[derive(Default)]
+struct Activity {
+    under_way: AtomicUsize,
+    served: AtomicBool,
+    /// Notified when a request begins and when the last one under way ends.
+    changed: Notify,
+}
+
+impl Activity {
+    fn begin(self: &Arc<Self>) -> Active {
+        self.served.store(true, Ordering::Relaxed);
+        self.under_way.fetch_add(1, Ordering::AcqRel);
+        self.changed.notify_one();
+        Active(self.clone())
+    }
+
+    fn is_idle(&self) -> bool {
+        self.under_way.load(Ordering::Acquire) == 0
+    }
+
+    fn served_any(&self) -> bool {
+        self.served.load(Ordering::Relaxed)
+    }
+}
+
+/// One request under way on a connection, until dropped.
+struct Active(Arc<Activity>);
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        if self.0.under_way.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.0.changed.notify_one();
+        }
+    }
+}
+
+/// A response body that keeps its request under way until it is done or dropped.
+struct Counted {
+    body: axum::body::Body,
+    _active: Active,
+}
+
+impl http_body::Body for Counted {
+    type Data = bytes::Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<http_body::Frame<Self::Data>, Self::Error>>> {
+        std::pin::Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        self.body.size_hint()
+    }
 }
 
 fn slow_warning(timeout: Duration, count: u64) {
