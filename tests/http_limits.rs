@@ -301,7 +301,13 @@ async fn connections_past_the_limit_are_refused_while_earlier_ones_keep_working(
     assert!(answers(&mut first).await);
     assert!(answers(&mut second).await);
 
+    // It sends its request at once, as a browser does, and must still read the 503 (closing
+    // a socket with unread bytes resets the connection, and the answer with it).
     let mut third = TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /v1/stream/none HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
     let refused = until_closed(&mut third).await;
     assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
     assert!(refused.contains("--http-max-connections"), "{refused}");
