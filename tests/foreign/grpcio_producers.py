@@ -224,6 +224,7 @@ def sync_shared_channel(server, api):
     call = stub_on(api, channel)
     release = threading.Event()
     answers = {}
+    opened = {index: threading.Event() for index in range(SHARED_CALLS)}
 
     def producer(index):
         cid = f"grpcio-shared-sync-{api}-{index}".encode()
@@ -239,11 +240,13 @@ def sync_shared_channel(server, api):
         if api == "recorder":
             outcome = call.future(requests(), timeout=WAIT)
             answers[index] = outcome
+            opened[index].set()
             if completes:
                 answers[index] = outcome.result().status == recorder_pb.RECORD_STATUS_SUCCESS
         else:
             outcome = call(requests(), timeout=WAIT)
             answers[index] = outcome
+            opened[index].set()
             if completes:
                 acks = list(outcome)
                 answers[index] = len(acks) == 3 and all(a.success for a in acks)
@@ -254,10 +257,8 @@ def sync_shared_channel(server, api):
     for index in range(1, SHARED_CALLS, 2):
         cid = f"grpcio-shared-sync-{api}-{index}".encode()
         server.wait_committed(cid, SENT)
-        deadline = time.monotonic() + WAIT
-        while index not in answers and time.monotonic() < deadline:
-            time.sleep(0.01)  # its thread opens the call; it has already sent its tokens
-        if index in answers:
+        # Its thread has opened the call (its tokens are committed): cancel it.
+        if opened[index].wait(WAIT):
             answers[index].cancel()
     for thread in threads:
         thread.join(WAIT)

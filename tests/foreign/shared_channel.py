@@ -57,22 +57,14 @@ class Sent:
                 print("sent", flush=True)
 
 
-def record_requests(conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent):
-    yield recorder_pb.RecordRequest(conversation_id=conversation)
+def requests(message, text_field: str, conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent):
+    """One call's messages, of either API: the id, then (on "go") a token each, then the end."""
+    yield message(conversation_id=conversation)
     go.wait()
     for token in tokens:
-        yield recorder_pb.RecordRequest(content=token)
-    yield recorder_pb.RecordRequest(complete=True)
+        yield message(**{text_field: token})
+    yield message(complete=True)
     # grpcio asks for the next message only once the last one's send has completed.
-    sent.one()
-
-
-def legacy_requests(conversation: bytes, tokens: list[str], go: threading.Event, sent: Sent):
-    yield resumer_pb.StreamResponseTokenRequest(conversation_id=conversation)
-    go.wait()
-    for token in tokens:
-        yield resumer_pb.StreamResponseTokenRequest(token=token)
-    yield resumer_pb.StreamResponseTokenRequest(complete=True)
     sent.one()
 
 
@@ -80,7 +72,7 @@ def record(channel, conversation: bytes, tokens: list[str], go: threading.Event,
     """One current-API call; None when it ended SUCCESS, else what happened."""
     stub = recorder_rpc.ResponseRecorderServiceStub(channel)
     answer = stub.Record(
-        record_requests(conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
+        requests(recorder_pb.RecordRequest, "content", conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
     )
     if answer.status != recorder_pb.RECORD_STATUS_SUCCESS:
         return f"status {answer.status}: {answer.error_message}"
@@ -95,7 +87,7 @@ def stream_tokens(
     stub = resumer_rpc.ResponseResumerServiceStub(channel)
     acks = list(
         stub.StreamResponseTokens(
-            legacy_requests(conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
+            requests(resumer_pb.StreamResponseTokenRequest, "token", conversation, tokens, go, sent), timeout=CALL_TIMEOUT_SECONDS
         )
     )
     # One ack per request: the id, each token, and the completion.
