@@ -1,7 +1,7 @@
 //! Bad input on every call that tests/recorder_api.rs and tests/resumer_api.rs leave out: the
 //! legacy API's malformed and missing ids, oversized checks and messages, offsets that turn bad
 //! later, producers that never send, and a client that opens 10,000 replays and never reads
-//! them. Each gets the status the README's behaviour notes name; nobody else notices.
+//! them. Each gets the status docs/behaviour.md names; nobody else notices.
 mod common;
 
 use std::time::{Duration, Instant};

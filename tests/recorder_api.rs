@@ -1,5 +1,5 @@
 //! The current API, `memory.v1.ResponseRecorderService`, against a real server: every row of
-//! the README's behaviour table for Record, Replay, Cancel, CheckRecordings and IsEnabled.
+//! docs/behaviour.md's rules for Record, Replay, Cancel, CheckRecordings and IsEnabled.
 mod common;
 
 use std::time::Duration;
