@@ -13,6 +13,7 @@
 mod access;
 mod connections;
 mod cursor;
+pub(crate) mod failure;
 mod fork;
 mod json;
 mod offset;
@@ -34,6 +35,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tracing::Instrument;
 
 use crate::access::{Guard, Operation};
 use crate::error::{Error, Result};
@@ -202,7 +204,9 @@ async fn dispatch(
     Path(path): Path<String>,
     request: Request,
 ) -> Response {
-    match face.handle(path, request).await {
+    // Every log line of the request, a 500's included, names what was being done.
+    let span = tracing::error_span!("request", method = %request.method(), path = %path);
+    match face.handle(path, request).instrument(span).await {
         Ok(reply) | Err(reply) => reply.into_response(),
     }
 }
