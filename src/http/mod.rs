@@ -7,6 +7,7 @@
 //!   `json`: JSON mode.
 //! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
+//! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
