@@ -42,3 +42,54 @@ pub(crate) fn failed(err: Error) -> Reply {
         _ => reply,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::{Arc, Mutex};
+
+    use axum::response::IntoResponse;
+
+    use super::*;
+
+    /// A log sink the test reads back.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().expect("not poisoned").extend_from_slice(buf);
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_500_is_logged_with_the_request_and_its_detail_kept_from_the_client() {
+        let log = Captured::default();
+        let sink = log.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_writer(move || sink.clone())
+            .with_ansi(false)
+            .finish();
+        let reply = tracing::subscriber::with_default(subscriber, || {
+            // As `dispatch` wraps every request.
+            let _request = tracing::error_span!("request", method = "GET", path = "c1").entered();
+            failed(Error::Corrupt {
+                detail: "chunk 7 of c1 is missing".into(),
+            })
+        });
+        let reply = reply.into_response();
+        assert_eq!(reply.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        let body = axum::body::to_bytes(reply.into_body(), 1024).await.unwrap();
+        assert!(!String::from_utf8_lossy(&body).contains("chunk 7"));
+        let log = String::from_utf8(log.0.lock().unwrap().clone()).unwrap();
+        assert!(log.contains("HTTP request failed"), "{log}");
+        assert!(
+            log.contains("method=\"GET\"") || log.contains("method=GET"),
+            "{log}"
+        );
+        assert!(log.contains("chunk 7 of c1 is missing"), "{log}");
+    }
+}
