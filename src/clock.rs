@@ -1,5 +1,5 @@
 //! Wall-clock time in milliseconds since the Unix epoch, behind a trait so that retention and
-//! idle timeouts can be tested without waiting for them.
+//! idle timeouts can be tested without waiting for them; and its written form, RFC 3339.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -46,5 +46,22 @@ impl ManualClock {
 impl Clock for ManualClock {
     fn now_ms(&self) -> u64 {
         self.now_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// A time in ms since the epoch as RFC 3339, to the millisecond (`2026-01-02T03:04:05.678Z`).
+pub fn rfc3339(ms: u64) -> String {
+    let time = UNIX_EPOCH + std::time::Duration::from_millis(ms);
+    humantime::format_rfc3339_millis(time).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn rfc3339_writes_utc_to_the_millisecond() {
+        assert_eq!(rfc3339(1_767_323_045_678), "2026-01-02T03:04:05.678Z");
+        assert_eq!(rfc3339(0), "1970-01-01T00:00:00.000Z");
     }
 }

@@ -1,19 +1,21 @@
 //! The one error type of tapedeck: variants named after their cause, keeping the real source.
-//! [`Error::client_message`] is the single place that decides what a client may read; internal
-//! detail goes to the log.
+//! [`Error::kind`] classifies each one for both faces, which map a [`Kind`] to their own status
+//! (`grpc::status`, `http::failure`); [`Error::client_message`] is the single place that decides
+//! what a client may read; internal detail goes to the log.
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use tonic::{Code, Status};
+mod absence;
+mod classify;
+#[cfg(test)]
+mod tests;
+
+pub use absence::Absence;
+pub use classify::Kind;
 
 /// Result with tapedeck's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
-
-/// What a client reads in place of an internal error's detail.
-const INTERNAL_MESSAGE: &str = "internal storage error; see the server log";
-/// What a client reads when a write failed on a full disk.
-const DISK_FULL_MESSAGE: &str = "the disk is full; recordings cannot grow until space is freed";
 
 /// Everything that can go wrong in tapedeck, named after its cause.
 #[derive(Debug, thiserror::Error)]
@@ -63,7 +65,7 @@ pub enum Error {
         max: usize,
     },
     /// Nothing recorded for the conversation, or it was collected or deleted.
-    #[error("{}", absence_message(id, *why))]
+    #[error("{}", absence::message(id, *why))]
     RecordingNotFound {
         /// The id as the caller sent it.
         id: String,
@@ -396,216 +398,4 @@ pub enum Error {
     /// The gRPC server stopped with an error.
     #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
-}
-
-impl Error {
-    /// Wraps any redb error, telling a full disk apart from other storage failures.
-    pub(crate) fn storage(err: impl Into<redb::Error>) -> Self {
-        match err.into() {
-            redb::Error::Io(source) if source.kind() == std::io::ErrorKind::StorageFull => {
-                Error::DiskFull { source }
-            }
-            err => Error::Storage(err),
-        }
-    }
-
-    /// The error itself, looking through [`Error::Shared`].
-    pub fn root(&self) -> &Error {
-        match self {
-            Error::Shared(inner) => inner.root(),
-            other => other,
-        }
-    }
-
-    /// Whether this is a failure of the stored data or of redb under it (as opposed to a
-    /// refusal, a bad request or a failure elsewhere).
-    pub fn is_storage(&self) -> bool {
-        matches!(
-            self.root(),
-            Error::Storage(_)
-                | Error::DatabaseUnavailable
-                | Error::Corrupt { .. }
-                | Error::Decode { .. }
-                | Error::Encode { .. }
-        )
-    }
-
-    /// The gRPC code for this error.
-    pub fn code(&self) -> Code {
-        match self {
-            Error::InvalidConversationId { .. }
-            | Error::MissingConversationId
-            | Error::ConversationIdChanged
-            | Error::TooManyIds { .. }
-            | Error::OffsetInsideCharacter { .. }
-            | Error::NegativeOffset { .. } => Code::InvalidArgument,
-            Error::ChunkTooLarge { .. }
-            | Error::RecordingTooLarge { .. }
-            | Error::TooManyLiveRecordings { .. }
-            | Error::DiskFull { .. }
-            | Error::StoreFull => Code::ResourceExhausted,
-            Error::RecordingNotFound { .. } => Code::NotFound,
-            Error::AlreadyRecording { .. } => Code::AlreadyExists,
-            Error::ResumePastEnd { .. }
-            | Error::AlreadyEnded { .. }
-            | Error::NotText { .. }
-            | Error::ForkedStream
-            | Error::ResumeElsewhere { .. } => Code::FailedPrecondition,
-            Error::Redirect { .. } => Code::Unavailable,
-            Error::ResumeInsideCharacter { .. }
-            | Error::RetentionTooLong { .. }
-            | Error::BadPageToken
-            | Error::BadStatusFilter { .. } => Code::InvalidArgument,
-            Error::Fenced => Code::Aborted,
-            Error::Unauthenticated { .. } => Code::Unauthenticated,
-            Error::PermissionDenied { .. } => Code::PermissionDenied,
-            Error::OffsetOutOfRange { .. } => Code::OutOfRange,
-            Error::Superseded | Error::RecordingEnded => Code::Aborted,
-            Error::ShuttingDown | Error::ResumeUnsettled { .. } => Code::Unavailable,
-            Error::Shared(inner) => inner.code(),
-            Error::SchemaVersion { .. }
-            | Error::OpenDatabase { .. }
-            | Error::DamagedDatabase { .. }
-            | Error::UnreadableDatabase { .. }
-            | Error::DatabaseInUse { .. }
-            | Error::DataDir { .. }
-            | Error::Storage(_)
-            | Error::DatabaseUnavailable
-            | Error::Corrupt { .. }
-            | Error::Decode { .. }
-            | Error::Encode { .. }
-            | Error::WriterThread(_)
-            | Error::Task(_)
-            | Error::Listener { .. }
-            | Error::Bind { .. }
-            | Error::Reflection(_)
-            | Error::Serve(_)
-            | Error::BadApiKey { .. }
-            | Error::BadJwtKey { .. }
-            | Error::Locator { .. }
-            | Error::Offline { .. }
-            | Error::Tls { .. } => Code::Internal,
-        }
-    }
-
-    /// The text a client may read: the message itself for what the client can act on, a
-    /// fixed pointer to the server log for internal failures. Every face, and every stored end
-    /// message, uses this.
-    pub fn client_message(&self) -> String {
-        match self.root() {
-            // The io error's own text (an errno) is internal detail.
-            Error::DiskFull { .. } => DISK_FULL_MESSAGE.to_string(),
-            err if err.code() == Code::Internal => INTERNAL_MESSAGE.to_string(),
-            err => err.to_string(),
-        }
-    }
-}
-
-/// Metadata naming the instance to go to: `tapedeck-redirect` (`host:port`) and Memory
-/// Service's `x-resumer-redirect-host` / `x-resumer-redirect-port`, which its clients follow.
-fn redirect_metadata(address: &str) -> tonic::metadata::MetadataMap {
-    let mut metadata = tonic::metadata::MetadataMap::new();
-    let (host, port) = address.rsplit_once(':').unwrap_or((address, ""));
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    for (name, value) in [
-        (REDIRECT_METADATA, address),
-        ("x-resumer-redirect-host", host),
-        ("x-resumer-redirect-port", port),
-    ] {
-        // Advertised addresses are checked at start-up to be host:port text; a value that
-        // is not ASCII is left out rather than failing the answer.
-        if let Ok(value) = value.parse() {
-            metadata.insert(name, value);
-        }
-    }
-    metadata
-}
-
-/// Why a conversation has no recording.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Absence {
-    /// Never recorded here, or its tombstone is gone too.
-    Unknown,
-    /// Its retention passed and it was collected.
-    Expired {
-        /// When it had ended, in ms since the epoch.
-        finished_ms: Option<u64>,
-        /// When it was collected, in ms since the epoch.
-        collected_ms: u64,
-    },
-    /// Someone deleted it.
-    Deleted {
-        /// When, in ms since the epoch.
-        at_ms: u64,
-    },
-}
-
-impl Absence {
-    /// The value of the `tapedeck-reason` metadata of a NOT_FOUND.
-    pub fn reason(self) -> &'static str {
-        match self {
-            Absence::Unknown => "unknown",
-            Absence::Expired { .. } => "expired",
-            Absence::Deleted { .. } => "deleted",
-        }
-    }
-}
-
-/// Metadata key of the reason of a NOT_FOUND: `unknown`, `expired` or `deleted`.
-pub const REASON_METADATA: &str = "tapedeck-reason";
-/// Metadata of a redirect: the owner's address, `host:port`.
-pub const REDIRECT_METADATA: &str = "tapedeck-redirect";
-
-/// A time in ms since the epoch as RFC 3339, to the millisecond.
-pub fn rfc3339(ms: u64) -> String {
-    let time = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms);
-    humantime::format_rfc3339_millis(time).to_string()
-}
-
-fn absence_message(id: &str, why: Absence) -> String {
-    match why {
-        Absence::Unknown => format!(
-            "unknown: no recording of conversation {id} (never recorded here, or collected \
-             longer ago than --tombstone-retention)"
-        ),
-        Absence::Expired {
-            finished_ms,
-            collected_ms,
-        } => {
-            let ended =
-                finished_ms.map_or_else(String::new, |at| format!(" ended {}", rfc3339(at)));
-            format!(
-                "expired: the recording of conversation {id}{ended} and was collected {} \
-                 once its retention had passed",
-                rfc3339(collected_ms)
-            )
-        }
-        Absence::Deleted { at_ms } => format!(
-            "deleted: the recording of conversation {id} was deleted {}",
-            rfc3339(at_ms)
-        ),
-    }
-}
-
-impl From<Error> for Status {
-    fn from(err: Error) -> Self {
-        let code = err.code();
-        if code == Code::Internal {
-            tracing::error!(error = %err, "internal error");
-        }
-        let message = err.client_message();
-        if let Error::RecordingNotFound { why, .. } = err.root() {
-            let mut metadata = tonic::metadata::MetadataMap::new();
-            metadata.insert(
-                REASON_METADATA,
-                tonic::metadata::MetadataValue::from_static(why.reason()),
-            );
-            return Status::with_metadata(code, message, metadata);
-        }
-        if let Error::Redirect { address, .. } | Error::ResumeElsewhere { address, .. } = err.root()
-        {
-            return Status::with_metadata(code, message, redirect_metadata(address));
-        }
-        Status::new(code, message)
-    }
 }

@@ -82,7 +82,7 @@ pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) ->
             r.byte_length,
             r.chunk_count,
             r.live_readers,
-            tapedeck::error::rfc3339(r.created_at_ms.max(0) as u64),
+            tapedeck::clock::rfc3339(r.created_at_ms.max(0) as u64),
         )?;
     }
     Ok(())

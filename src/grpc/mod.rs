@@ -8,12 +8,14 @@ mod recorder;
 mod recordings;
 mod resumer;
 mod routes;
+pub(crate) mod status;
 mod telemetry;
 
 pub use recorder::RecorderService;
 pub use recordings::RecordingsService;
 pub use resumer::ResumerService;
 pub use routes::{Health, Lifecycle, routes};
+pub use status::{REASON_METADATA, REDIRECT_METADATA};
 pub use telemetry::TelemetryLayer;
 
 use std::pin::Pin;

@@ -7,12 +7,14 @@
 //!   `json`: JSON mode.
 //! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
+//! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
 mod access;
 mod connections;
 mod cursor;
+pub(crate) mod failure;
 mod fork;
 mod json;
 mod offset;
@@ -34,6 +36,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tokio::net::TcpListener;
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tracing::Instrument;
 
 use crate::access::{Guard, Operation};
 use crate::error::{Error, Result};
@@ -202,7 +205,9 @@ async fn dispatch(
     Path(path): Path<String>,
     request: Request,
 ) -> Response {
-    match face.handle(path, request).await {
+    // Every log line of the request, a 500's included, names what was being done.
+    let span = tracing::error_span!("request", method = %request.method(), path = %path);
+    match face.handle(path, request).instrument(span).await {
         Ok(reply) | Err(reply) => reply.into_response(),
     }
 }

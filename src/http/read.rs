@@ -7,11 +7,12 @@ use http::{HeaderMap, StatusCode};
 
 use super::HttpFace;
 use super::cursor;
+use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
 use super::reply::*;
 use super::streams::{Found, GRPC_CONTENT_TYPE, State};
-use super::write::{failed, gone, missing};
+use super::write::{gone, missing};
 use crate::error::Result;
 use crate::id::ConversationId;
 use crate::recorder::{Recorder, Replay};
@@ -298,7 +299,7 @@ impl HttpFace {
             reply = reply.named(STREAM_TTL, ttl.to_string());
         }
         if let Some(at) = snapshot.expires_at_ms {
-            reply = reply.named(STREAM_EXPIRES_AT, crate::error::rfc3339(at));
+            reply = reply.named(STREAM_EXPIRES_AT, crate::clock::rfc3339(at));
         }
         Ok(reply)
     }

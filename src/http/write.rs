@@ -6,6 +6,7 @@ use bytes::Bytes;
 use http::StatusCode;
 
 use super::HttpFace;
+pub(crate) use super::failure::failed;
 use super::fork::ForkAsk;
 use super::json::{self, JsonRefusal};
 use super::producer::{self, Verdict};
@@ -91,29 +92,6 @@ impl HttpFace {
         }
         Ok(())
     }
-}
-
-/// Maps a recorder error on a write to a reply.
-pub(crate) fn failed(err: Error) -> Reply {
-    let status = match &err {
-        Error::TooManyLiveRecordings { .. } => StatusCode::TOO_MANY_REQUESTS,
-        Error::RecordingTooLarge { .. } | Error::ChunkTooLarge { .. } => {
-            StatusCode::PAYLOAD_TOO_LARGE
-        }
-        Error::DiskFull { .. } | Error::StoreFull => StatusCode::INSUFFICIENT_STORAGE,
-        Error::ShuttingDown => StatusCode::SERVICE_UNAVAILABLE,
-        Error::Fenced | Error::Superseded | Error::RecordingEnded => StatusCode::CONFLICT,
-        _ => StatusCode::INTERNAL_SERVER_ERROR,
-    };
-    if status == StatusCode::INTERNAL_SERVER_ERROR {
-        tracing::error!(error = %err, "HTTP write failed");
-    }
-    let reply = Reply::refuse(status, err.client_message());
-    if status == StatusCode::SERVICE_UNAVAILABLE {
-        // Shutting down: the restarted server (or another instance) takes the retry.
-        return reply.header(http::header::RETRY_AFTER, "1");
-    }
-    reply
 }
 
 impl HttpFace {
