@@ -26,7 +26,7 @@ fn main() -> ExitCode {
     // spans: about 35 MiB more under 1,000 producers (BENCHMARKS.md), for no measured speed.
     // Best effort: a kernel without the setting just keeps its default.
     let _ = rustix::thread::disable_transparent_huge_pages(true);
-    let args = match args::parse() {
+    let serve_args = match args::parse() {
         Ok(Command::Serve(args)) => args,
         Ok(Command::Token(args)) => return cli::token::run(args),
         Ok(Command::Client(command)) => return cli::run(command),
@@ -35,7 +35,7 @@ fn main() -> ExitCode {
         Err(Refusal::Shown(help)) => help.exit(),
         Err(Refusal::Usage(message)) => return args::usage_error(&message),
     };
-    let settings = match args.settings() {
+    let settings = match serve_args.settings() {
         Ok(settings) => settings,
         Err(message) => return args::usage_error(&message),
     };
