@@ -490,6 +490,57 @@ async fn refusals_say_why_without_repeating_the_credential() {
     server.stop().await;
 }
 
+/// A grant signed with the right key whose claims cannot be used is refused naming the
+/// claim (and, for a role, the roles there are); a token sent with the word `Bearer` twice is
+/// told so. Neither the token nor the secret is repeated.
+#[tokio::test]
+async fn unusable_grants_are_refused_naming_the_claim() {
+    use jsonwebtoken::{EncodingKey, Header, encode};
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.access = access();
+    let server = TestServer::start(config).await;
+    let client = server.recorder().await;
+    let signed = |claims: serde_json::Value| {
+        let key = EncodingKey::from_secret(JWT_SECRET.as_bytes());
+        encode(&Header::default(), &claims, &key).unwrap()
+    };
+    let later = now() + 600;
+    let no_exp = signed(serde_json::json!({
+        "sub": "user-7", "aud": AUDIENCE, "conversations": {TARGET: "reader"},
+    }));
+    let owner = signed(serde_json::json!({
+        "sub": "user-7", "exp": later, "aud": AUDIENCE, "conversations": {TARGET: "owner"},
+    }));
+    let writer = grant(JWT_SECRET, AUDIENCE, later, &[(TARGET, Role::Writer)]);
+    for (authorization, token, says) in [
+        (format!("Bearer {no_exp}"), &no_exp, "lacks the `exp` claim"),
+        (
+            format!("Bearer {owner}"),
+            &owner,
+            "`conversations` claim gives the role `owner`; a role is `reader` or `writer`",
+        ),
+        (
+            format!("Bearer Bearer {writer}"),
+            &writer,
+            "starts with the word Bearer",
+        ),
+    ] {
+        let mut request = tonic::Request::new(ReplayRequest {
+            conversation_id: TARGET.into(),
+            ..Default::default()
+        });
+        let value = authorization.parse().unwrap();
+        request.metadata_mut().insert("authorization", value);
+        let err = client.clone().replay(request).await.unwrap_err();
+        assert_eq!(err.code(), Code::Unauthenticated, "{err}");
+        assert!(err.message().contains(says), "`{says}` missing from: {err}");
+        assert!(!err.message().contains(token.as_str()), "{err}");
+        assert!(!err.message().contains(JWT_SECRET), "{err}");
+    }
+    server.stop().await;
+}
+
 /// The management API: Get and List need reader access (List shows a caller only the
 /// recordings it may read), Delete needs writer access or an API key.
 #[tokio::test]

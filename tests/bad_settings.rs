@@ -214,3 +214,124 @@ fn zero_http_face_bounds_are_refused_naming_flag_and_variable() {
         "TAPEDECK_HTTP_MAX_CONNECTIONS",
     );
 }
+
+#[test]
+fn a_choice_refused_lists_the_values_it_takes() {
+    assert_bad_setting(
+        &["--log-format", "yaml"],
+        "--log-format",
+        "possible values: text, json",
+    );
+    assert_bad_setting(
+        &["--on-conflict", "replace"],
+        "--on-conflict",
+        "possible values: supersede, reject",
+    );
+}
+
+#[test]
+fn a_bad_value_names_the_variable_or_the_flag_it_came_from() {
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let args = [OsStr::new("--data-dir"), data_dir.as_os_str()];
+    let (status, stderr) = run_binary_to_exit_with_env(&args, &[("TAPEDECK_RETENTION", "5x")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_one_clear_line(
+        &stderr,
+        "invalid value '5x' for TAPEDECK_RETENTION:",
+        "--retention",
+    );
+    // The flag wins over the variable, and is the one named.
+    let with_flag = [&args[..], &[OsStr::new("--retention"), OsStr::new("5q")]].concat();
+    let (status, stderr) = run_binary_to_exit_with_env(&with_flag, &[("TAPEDECK_RETENTION", "5x")]);
+    assert_eq!(status.code(), Some(2), "{stderr}");
+    assert_one_clear_line(
+        &stderr,
+        "invalid value '5q' for --retention:",
+        "TAPEDECK_RETENTION",
+    );
+    assert!(!data_dir.exists());
+}
+
+#[test]
+fn a_duration_refused_lists_the_documented_units() {
+    assert_bad_setting(
+        &["--retention", "5x"],
+        "--retention",
+        "unknown unit `x`; write a number and a unit of ms, s, m, h or d",
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let (_, stderr) = run_binary_to_exit(&[
+        OsStr::new("--data-dir"),
+        dir.path().as_os_str(),
+        OsStr::new("--gc-interval"),
+        OsStr::new("5x"),
+    ]);
+    for undocumented in ["years", "µs", "nsec"] {
+        assert!(!stderr.contains(undocumented), "{stderr}");
+    }
+}
+
+#[test]
+fn help_shows_defaults_as_the_readme_writes_them() {
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["serve", "--help"])
+        .output()
+        .unwrap();
+    assert!(output.status.success());
+    let help = String::from_utf8(output.stdout).unwrap();
+    for default in [
+        "[default: 30m]",
+        "[default: 7d]",
+        "[default: 1d]",
+        "[default: 4ms]",
+    ] {
+        assert!(help.contains(default), "{default} missing from:\n{help}");
+    }
+    for long_unit in ["day", "min", "sec"] {
+        assert!(
+            !help.contains(&format!("{long_unit}]")) && !help.contains(&format!("{long_unit}s]")),
+            "`{long_unit}` in a default:\n{help}"
+        );
+    }
+}
+
+#[test]
+fn the_configuration_is_logged_as_its_flags_are_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let listen = free_port().to_string();
+    let log = LogLines::default();
+    let args = [
+        "--listen",
+        &listen,
+        "--log-format",
+        "text",
+        "--on-conflict",
+        "reject",
+        "--retention",
+        "1.5h",
+    ];
+    let mut child = spawn_serving(dir.path(), &args, Some(log.clone()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = log.lock().unwrap();
+    let config = lines
+        .iter()
+        .find(|line| line.contains("starting with this configuration"))
+        .expect("the effective configuration is logged");
+    for written in [
+        "on_conflict=reject ",
+        "http_listen=off ",
+        "retention=1h 30m ",
+        "max_retention=7d ",
+        "tombstone_retention=1d ",
+    ] {
+        assert!(
+            config.contains(written),
+            "`{written}` missing from: {config}"
+        );
+    }
+    for debug_form in ["Some(", "None", "Reject", "[]", "days"] {
+        assert!(!config.contains(debug_form), "`{debug_form}` in: {config}");
+    }
+}

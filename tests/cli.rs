@@ -284,6 +284,30 @@ fn client_errors_are_one_line_with_a_non_zero_exit() {
     assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
 }
 
+#[test]
+fn a_token_given_with_the_word_bearer_is_refused_with_a_hint() {
+    const TOKEN: &str = "eyJhbGciOiJIUzI1NiJ9.e30.c2lnbmF0dXJl";
+    let flag = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["ls", "--server", "127.0.0.1:1", "--token"])
+        .arg(format!("Bearer {TOKEN}"))
+        .env_remove("TAPEDECK_TOKEN")
+        .output()
+        .unwrap();
+    let variable = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["ls", "--server", "127.0.0.1:1"])
+        .env("TAPEDECK_TOKEN", format!("bearer {TOKEN}"))
+        .output()
+        .unwrap();
+    for (output, named) in [(flag, "for --token:"), (variable, "for TAPEDECK_TOKEN:")] {
+        assert_eq!(output.status.code(), Some(2), "{output:?}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{stderr}");
+        assert!(stderr.contains(named), "{stderr}");
+        assert!(stderr.contains("without the word `Bearer`"), "{stderr}");
+        assert!(!stderr.contains(TOKEN), "the token is repeated: {stderr}");
+    }
+}
+
 /// Runs `tapedeck db ARGS`; its exit status, stdout and stderr.
 fn db(args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_tapedeck"))

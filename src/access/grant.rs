@@ -7,6 +7,7 @@ use std::collections::{BTreeMap, HashMap};
 use jsonwebtoken::{Algorithm, DecodingKey, EncodingKey, Header, Validation};
 use serde::{Deserialize, Serialize};
 
+use super::claims;
 use super::keys::Secret;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
@@ -116,10 +117,11 @@ impl GrantVerifier {
     /// The grant `token` carries.
     ///
     /// Fails with `Unauthenticated`, saying why (expired, bad signature, wrong issuer or
-    /// audience, not yet valid, malformed); the token itself is never repeated.
+    /// audience, not yet valid, malformed, which claim is missing or wrong); the token itself
+    /// is never repeated.
     pub(super) fn verify(&self, token: &str) -> Result<Grant> {
-        let header = jsonwebtoken::decode_header(token)
-            .map_err(|_| unauthenticated("the bearer token is not a well-formed JWT"))?;
+        let header =
+            jsonwebtoken::decode_header(token).map_err(|_| unauthenticated(not_a_jwt(token)))?;
         let key = match (header.alg, &self.secret, &self.public) {
             (Algorithm::HS256, Some(secret), _) => secret,
             (alg, _, Some((public, expected))) if alg == *expected => public,
@@ -140,26 +142,47 @@ impl GrantVerifier {
         if let Some(issuer) = &self.issuer {
             validation.set_issuer(&[issuer]);
         }
-        let claims = jsonwebtoken::decode::<Claims>(token, key, &validation)
-            .map_err(|err| unauthenticated(reason(&err)))?
+        // Read as JSON first, so that a claim the grant cannot use is refused by its name,
+        // after the signature and the times are checked, rather than as a malformed token.
+        let payload = jsonwebtoken::decode::<serde_json::Value>(token, key, &validation)
+            .map_err(|err| unauthenticated(&reason(&err)))?
             .claims;
+        let claims = Claims::deserialize(&payload)
+            .map_err(|_| unauthenticated(&claims::wrong_claim(&payload)))?;
         grant(claims)
     }
 }
 
+/// Why `token` is not a JWT. A token that starts with the word `Bearer` was sent with the
+/// word twice (`authorization: Bearer Bearer …`).
+fn not_a_jwt(token: &str) -> &'static str {
+    let has_word = token
+        .get(..7)
+        .is_some_and(|start| start.eq_ignore_ascii_case("bearer "));
+    match has_word {
+        true => {
+            "the bearer token is not a well-formed JWT: it starts with the word Bearer; \
+             send `authorization: Bearer <token>`, with the word once"
+        }
+        false => "the bearer token is not a well-formed JWT",
+    }
+}
+
 /// Why a token was refused, in words a caller can act on.
-fn reason(err: &jsonwebtoken::errors::Error) -> &'static str {
+fn reason(err: &jsonwebtoken::errors::Error) -> String {
     use jsonwebtoken::errors::ErrorKind;
-    match err.kind() {
+    let reason = match err.kind() {
+        ErrorKind::MissingRequiredClaim(claim) => return claims::missing(claim),
+        ErrorKind::InvalidClaimFormat(claim) => return claims::not_a_time(claim),
         ErrorKind::ExpiredSignature => "the bearer token has expired",
         ErrorKind::ImmatureSignature => "the bearer token is not valid yet (nbf)",
         ErrorKind::InvalidSignature => "the bearer token has a bad signature",
         ErrorKind::InvalidIssuer => "the bearer token has the wrong issuer",
         ErrorKind::InvalidAudience => "the bearer token has the wrong audience",
-        ErrorKind::MissingRequiredClaim(_) => "the bearer token lacks a required claim (exp, sub)",
         ErrorKind::InvalidAlgorithm => "the bearer token's algorithm is not accepted",
         _ => "the bearer token is malformed",
-    }
+    };
+    reason.to_string()
 }
 
 /// The grant of verified `claims`; conversation ids are parsed as the APIs parse them.

@@ -8,6 +8,7 @@
 //! | replay, check | reader, or an API key |
 //! | cancel | writer, from a user token (an API key alone is not enough) |
 
+mod claims;
 mod grant;
 mod keys;
 

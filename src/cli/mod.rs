@@ -4,6 +4,7 @@
 pub(crate) mod db;
 pub(crate) mod escape;
 mod output;
+pub(crate) mod token;
 
 use std::io::{Read, Write};
 use std::path::PathBuf;
@@ -23,11 +24,25 @@ pub(crate) struct ServerArgs {
     #[arg(long, env = "TAPEDECK_API_KEY", hide_env_values = true)]
     api_key: Option<String>,
     /// A signed grant, sent as `authorization: Bearer …`.
-    #[arg(long, env = "TAPEDECK_TOKEN", hide_env_values = true)]
+    #[arg(long, env = "TAPEDECK_TOKEN", hide_env_values = true, value_parser = parse_token)]
     token: Option<String>,
     /// PEM CA certificate of the server's TLS certificate: connect over TLS.
     #[arg(long, env = "TAPEDECK_TLS_CA")]
     tls_ca: Option<PathBuf>,
+}
+
+/// A grant as `--token` takes it: the token alone, as the client puts the word `Bearer` in
+/// front of it. Refused without repeating it.
+fn parse_token(text: &str) -> Result<String, String> {
+    let first_word = text.split_whitespace().next().unwrap_or_default();
+    if first_word.eq_ignore_ascii_case("bearer") {
+        return Err(
+            "give the token alone, without the word `Bearer` in front of it \
+                    (tapedeck sends `authorization: Bearer <token>` itself)"
+                .into(),
+        );
+    }
+    Ok(text.to_string())
 }
 
 /// A client command.

@@ -113,12 +113,12 @@ impl Call {
             .record(elapsed.as_secs_f64());
         labels.push(metrics::Label::new("grpc_code", code));
         metrics::counter!(metric::GRPC_HANDLED, labels).increment(1);
-        let conversation = self.lock_conversation().clone().unwrap_or_default();
+        let conversation = self.lock_conversation().clone();
         tracing::info!(
             method = %self.path,
-            conversation = %conversation,
-            outcome = code,
-            duration_ms = elapsed.as_secs_f64() * 1000.0,
+            conversation = conversation.as_deref().map(tracing::field::display),
+            outcome = %code,
+            duration_ms = millis(elapsed),
             "call"
         );
     }
@@ -139,6 +139,15 @@ impl Call {
     fn lock_conversation(&self) -> std::sync::MutexGuard<'_, Option<String>> {
         self.conversation.lock().unwrap_or_else(|e| e.into_inner())
     }
+}
+
+/// `elapsed` in milliseconds to the microsecond, as a person reads it (`0.16`, not
+/// `0.15958699999999998`); still a number in JSON logs.
+fn millis(elapsed: std::time::Duration) -> f64 {
+    // Rounded to whole microseconds, then over 1000: the nearest f64 to a decimal of at most
+    // three places, which prints as that decimal.
+    let micros = elapsed.as_nanos().saturating_add(500) / 1000;
+    micros as f64 / 1000.0
 }
 
 /// go-grpc-prometheus's `grpc_type` of a method.
@@ -369,6 +378,15 @@ mod tests {
         assert_eq!(counted, 2);
         assert_eq!(seen, vec![first.to_vec()]);
         assert_eq!(field_one_bytes(&seen[0]), Some(&b"chat-1"[..]));
+    }
+
+    #[test]
+    fn durations_are_logged_in_milliseconds_to_the_microsecond() {
+        let logged = |nanos| millis(std::time::Duration::from_nanos(nanos)).to_string();
+        assert_eq!(logged(159_587), "0.16");
+        assert_eq!(logged(1_234_567_891), "1234.568");
+        assert_eq!(logged(7_000), "0.007");
+        assert_eq!(logged(3_000_000), "3");
     }
 
     #[test]

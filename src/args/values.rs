@@ -1,5 +1,6 @@
-//! The binary's flag values: durations (humantime), sizes (parse-size), listen addresses and
-//! grant entries, each refused with a message that says what would be accepted.
+//! The values flags take: durations (humantime), sizes (parse-size), listen addresses and
+//! grant entries, each refused with a message that says what would be accepted, and each
+//! shown (in `--help` and the logs) as a person would write it.
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
@@ -69,22 +70,75 @@ pub(crate) fn parse_advertised(text: &str) -> Result<String, String> {
     }
 }
 
+/// A duration, shown in the units a person writes (`7d`, `1h 30m`, `4ms`), which
+/// [`parse_duration`] reads back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(crate) struct Period(pub(crate) Duration);
+
+impl From<Period> for Duration {
+    fn from(period: Period) -> Duration {
+        period.0
+    }
+}
+
+impl std::fmt::Display for Period {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const UNITS: [(u128, &str); 7] = [
+            (86_400_000_000_000, "d"),
+            (3_600_000_000_000, "h"),
+            (60_000_000_000, "m"),
+            (1_000_000_000, "s"),
+            (1_000_000, "ms"),
+            (1_000, "us"),
+            (1, "ns"),
+        ];
+        let mut rest = self.0.as_nanos();
+        if rest == 0 {
+            return f.write_str("0s");
+        }
+        let mut first = true;
+        for (size, name) in UNITS {
+            let count = rest / size;
+            if count > 0 {
+                let gap = if first { "" } else { " " };
+                write!(f, "{gap}{count}{name}")?;
+                rest %= size;
+                first = false;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// A duration such as `90s`, `30m`, `1.5h`, `2d` or `250ms`, parsed by humantime; at most
 /// what the store can count in u64 milliseconds.
-pub(crate) fn parse_duration(text: &str) -> Result<humantime::Duration, String> {
+pub(crate) fn parse_duration(text: &str) -> Result<Period, String> {
     let duration = text
         .parse::<humantime::Duration>()
-        .map_err(|err| format!("`{text}` is not a duration like 90s, 30m or 1.5h: {err}"))?;
+        .map_err(|err| duration_error(text, &err))?;
     if Duration::from(duration).as_millis() > u128::from(u64::MAX) {
         return Err(format!("`{text}` is too large to count in milliseconds"));
     }
-    Ok(duration)
+    Ok(Period(duration.into()))
+}
+
+/// Why `text` is not a duration, naming the units the README documents rather than every
+/// spelling humantime also takes.
+fn duration_error(text: &str, err: &humantime::DurationError) -> String {
+    const UNITS: &str = "write a number and a unit of ms, s, m, h or d, like 90s, 30m or 1.5h";
+    match err {
+        humantime::DurationError::NumberOverflow => format!("`{text}` is too large"),
+        humantime::DurationError::UnknownUnit { unit, .. } if !unit.is_empty() => {
+            format!("`{text}` is not a duration: unknown unit `{unit}`; {UNITS}")
+        }
+        _ => format!("`{text}` is not a duration: {UNITS}"),
+    }
 }
 
 /// As [`parse_duration`], refusing zero.
-pub(crate) fn parse_positive_duration(text: &str) -> Result<humantime::Duration, String> {
+pub(crate) fn parse_positive_duration(text: &str) -> Result<Period, String> {
     let duration = parse_duration(text)?;
-    if Duration::from(duration).is_zero() {
+    if duration.0.is_zero() {
         return Err("it must be more than zero".into());
     }
     Ok(duration)
@@ -92,9 +146,9 @@ pub(crate) fn parse_positive_duration(text: &str) -> Result<humantime::Duration,
 
 /// The group commit interval: a duration of at most a second (every commit of several
 /// producers' tokens waits up to that long, and their acknowledgements with it).
-pub(crate) fn parse_commit_interval(text: &str) -> Result<humantime::Duration, String> {
+pub(crate) fn parse_commit_interval(text: &str) -> Result<Period, String> {
     let duration = parse_duration(text)?;
-    if Duration::from(duration) > Duration::from_secs(1) {
+    if duration.0 > Duration::from_secs(1) {
         return Err(format!(
             "`{text}` is too long: commits would hold producers and readers back by up to that; at most 1s (a few ms is usual)"
         ));
@@ -136,4 +190,34 @@ pub(crate) fn parse_grant(text: &str) -> Result<(String, Role), String> {
         other => return Err(format!("unknown role `{other}`; use reader or writer")),
     };
     Ok((id.to_string(), role))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_are_shown_in_short_units_that_parse_back() {
+        for (duration, shown) in [
+            (Duration::from_secs(7 * 86_400), "7d"),
+            (Duration::from_secs(86_400), "1d"),
+            (Duration::from_secs(5_400), "1h 30m"),
+            (Duration::from_millis(4), "4ms"),
+            (Duration::from_millis(1_500), "1s 500ms"),
+            (Duration::ZERO, "0s"),
+        ] {
+            assert_eq!(Period(duration).to_string(), shown);
+            assert_eq!(parse_duration(shown), Ok(Period(duration)));
+        }
+    }
+
+    #[test]
+    fn a_duration_refused_names_the_documented_units_only() {
+        let err = parse_duration("5x").unwrap_err();
+        assert!(err.contains("unknown unit `x`"), "{err}");
+        assert!(err.contains("ms, s, m, h or d"), "{err}");
+        assert!(!err.contains("years"), "{err}");
+        let err = parse_duration("3").unwrap_err();
+        assert!(!err.contains("unknown unit"), "{err}");
+    }
 }

@@ -1,0 +1,105 @@
+//! What the binary shows an operator: the log subscriber, the one line of configuration it
+//! starts with, and the Prometheus exporter.
+use std::io::IsTerminal;
+use std::net::SocketAddr;
+
+use tapedeck::Config;
+use tapedeck::config::OnConflict;
+
+use crate::args::serve::LogFormat;
+use crate::args::values::{Bytes, HttpListen, Period};
+
+/// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default `info`).
+pub(crate) fn init_tracing(format: LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        // Colour escapes only for a person at a terminal, never in a file or a pipe.
+        .with_ansi(std::io::stderr().is_terminal())
+        .with_writer(std::io::stderr);
+    match format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
+    }
+}
+
+/// One line with every setting the server runs with, each written as its flag takes it; a
+/// setting left unset is left out.
+pub(crate) fn log_config(config: &Config) {
+    let access = &config.access;
+    let api_keys = access
+        .api_keys
+        .iter()
+        .map(|k| k.name.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let locator = config.locator.as_ref();
+    tracing::info!(
+        listen = %config.listen,
+        http_listen = %HttpListen(config.http_listen),
+        http_request_timeout = %Period(config.http_bounds.request_timeout),
+        http_max_connections = config.http_bounds.max_connections,
+        data_dir = %config.data_dir.display(),
+        retention = %Period(config.retention),
+        max_retention = %Period(config.max_retention),
+        tombstone_retention = %Period(config.tombstone_retention),
+        producer_grace = %Period(config.producer_grace),
+        on_conflict = %match config.on_conflict {
+            OnConflict::Supersede => "supersede",
+            OnConflict::Reject => "reject",
+        },
+        gc_interval = %Period(config.gc_interval),
+        idle_timeout = %Period(config.idle_timeout),
+        max_chunk_bytes = %Bytes(config.max_chunk_bytes as u64),
+        max_recording_bytes = %Bytes(config.max_recording_bytes),
+        max_live_recordings = config.max_live_recordings,
+        checkpoint_size = %Bytes(config.checkpoint_bytes),
+        cache_size = %Bytes(config.cache_bytes),
+        commit_interval = %Period(config.commit_interval),
+        shutdown_timeout = %Period(config.shutdown_timeout),
+        api_keys = (!api_keys.is_empty()).then(|| display(&api_keys)),
+        jwt_secret = access.jwt_secret.is_some(),
+        jwt_public_key = access.jwt_public_key.as_ref().map(|p| display(p.display())),
+        jwt_issuer = access.jwt_issuer.as_ref().map(display),
+        jwt_audience = access.jwt_audience.as_ref().map(display),
+        tls = config.tls.is_some(),
+        mutual_tls = config.tls.as_ref().is_some_and(|t| t.client_ca.is_some()),
+        redis = locator.map(|l| display(l.redacted_url())),
+        advertised_address = locator.map(|l| display(&l.advertised_address)),
+        "starting with this configuration"
+    );
+}
+
+/// Installs the Prometheus exporter, serving `/metrics` on `addr` from a task of its own.
+///
+/// Fails when `addr` cannot be bound or the exporter cannot be installed.
+pub(crate) fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
+    use anyhow::Context;
+    use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+    // Bound here first so that a busy port is refused with the usual message.
+    std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind {
+        addr,
+        what: "metrics",
+        flag: "--metrics-listen",
+        env: "TAPEDECK_METRICS_LISTEN",
+        source,
+    })?;
+    PrometheusBuilder::new()
+        .with_http_listener(addr)
+        .set_buckets_for_metric(
+            Matcher::Suffix("_seconds".into()),
+            tapedeck::metrics::SECONDS_BUCKETS,
+        )?
+        .set_buckets_for_metric(
+            Matcher::Full(tapedeck::metrics::COMMIT_BATCH_OPS.into()),
+            tapedeck::metrics::OPS_BUCKETS,
+        )?
+        .install()
+        .with_context(|| {
+            format!("cannot serve metrics on {addr} (--metrics-listen or TAPEDECK_METRICS_LISTEN)")
+        })?;
+    tapedeck::metrics::describe();
+    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    Ok(())
+}
