@@ -4,7 +4,8 @@
 //!
 //! # Layout
 //! - [`config`]: `Config`, every setting with its unit and default.
-//! - [`error`]: the one error enum, keeping causes; what a client may read is decided there.
+//! - [`error`]: the one error enum, keeping causes, and its transport-neutral `Kind`; what a
+//!   client may read is decided there (each face maps a Kind to its status once).
 //! - [`id`]: `ConversationId`, the wire forms of a conversation id, shown as the caller sent it.
 //! - [`access`]: credentials (API keys, signed grants) → a principal; the rules per operation.
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
