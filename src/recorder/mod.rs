@@ -1,8 +1,9 @@
 //! The domain core: live recordings (status, committed high-water mark, the live registry and
 //! its limit, the conflict policy), producer sessions (attach, detach, resume, fencing),
 //! replays from any byte offset, cancel, delete, what is known about a recording, the live
-//! check, idle timeouts, grace periods and shutdown. Protocol-free: the faces sit on top, the
-//! store below.
+//! check, idle timeouts, grace periods and shutdown; the Durable Streams rules (`streams`);
+//! the limits every producer is held to (`limits`); the gauges' sampler (`gauges`).
+//! Protocol-free: the faces sit on top, the store below.
 
 mod changes;
 pub mod gauges;
