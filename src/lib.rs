@@ -11,7 +11,7 @@
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
 //! - [`recorder`]: the domain core: live recordings (status, committed high-water mark, the
 //!   live registry and its limit, supersede), producer sessions, replays, cancel, the live
-//!   check, the sweeper's schedule, shutdown.
+//!   check, the sweeper's schedule, shutdown, the Durable Streams rules, the gauges' sampler.
 //! - [`store`]: persistence only: the redb schema, the journal, the commit pipeline (ops and
 //!   batching, the transaction layer, publishing after a commit), recovery, reads.
 //! - [`locator`]: the optional Redis locator for several instances: entries, their refresh,
@@ -19,7 +19,7 @@
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
 //!   assembled with health and reflection by [`grpc::routes`].
 //! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
-//! - [`metrics`]: metric names, their descriptions, and the gauges' sampler.
+//! - [`metrics`]: metric names and their descriptions.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
 //!
 //! A token flows one way: a face hands it to the recorder's producer session, which queues it

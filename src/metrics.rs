@@ -1,13 +1,8 @@
-//! Metric names and their descriptions, in one place, and the sampler that sets the gauges.
+//! Metric names and their descriptions, in one place (the gauges' sampler is
+//! [`crate::recorder::gauges`], next to what it samples).
 //! Values are recorded with the `metrics` crate's macros, which do nothing until the binary
 //! installs the Prometheus exporter (`--metrics-listen`).
-use std::path::PathBuf;
-use std::time::Duration;
-
-use metrics::{Unit, describe_counter, describe_gauge, describe_histogram, gauge};
-use tokio_util::sync::CancellationToken;
-
-use crate::recorder::{Holder, Recorder};
+use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
 
 /// gRPC calls started (go-grpc-prometheus).
 pub const GRPC_STARTED: &str = "grpc_server_started_total";
@@ -126,32 +121,4 @@ pub fn describe() {
         "1 while the disk is full and new recordings are refused."
     );
     describe_counter!(AUTH_REFUSALS, "Calls refused by access control, by reason.");
-}
-
-/// How often the gauges are sampled.
-const SAMPLE_INTERVAL: Duration = Duration::from_secs(1);
-
-/// Sets the gauges from the recorder and the database file every second, until `stop`.
-pub async fn sample(recorder: Recorder, database: PathBuf, stop: CancellationToken) {
-    let mut ticker = tokio::time::interval(SAMPLE_INTERVAL);
-    loop {
-        tokio::select! {
-            _ = ticker.tick() => {}
-            () = stop.cancelled() => return,
-        }
-        let tapes = recorder.recordings().live_tapes();
-        let attached = tapes
-            .iter()
-            .filter(|t| matches!(t.holder(), Holder { attached: true, .. }))
-            .count();
-        gauge!(LIVE_RECORDINGS).set(tapes.len() as f64);
-        gauge!(PRODUCERS, "state" => "attached").set(attached as f64);
-        gauge!(PRODUCERS, "state" => "detached").set((tapes.len() - attached) as f64);
-        gauge!(LIVE_REPLAYS).set(tapes.iter().map(|t| t.readers()).sum::<u64>() as f64);
-        let store = recorder.recordings().store();
-        gauge!(DISK_FULL).set(if store.is_full() { 1.0 } else { 0.0 });
-        if let Ok(meta) = std::fs::metadata(&database) {
-            gauge!(FILE_BYTES).set(meta.len() as f64);
-        }
-    }
 }

@@ -90,7 +90,7 @@ pub async fn run(
     };
     let recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
-    let sampler = tokio::spawn(crate::metrics::sample(
+    let sampler = tokio::spawn(crate::recorder::gauges::sample(
         recorder.clone(),
         config.database_path(),
         lifecycle.stop.clone(),

@@ -306,3 +306,95 @@ async fn appends_over_the_producers_limits_are_413_and_store_nothing() {
     assert_eq!(read.bytes().await.unwrap().len(), 2048);
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_source_whose_fork_went_elsewhere_is_deleted_with_its_data_not_kept_for_it() {
+    // The store decides a soft delete on the fork count it reads, not on the face's copy: a
+    // fork deleted through the management API leaves no count behind to keep its source.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let (source, fork) = (server.stream_url("source"), server.stream_url("fork"));
+    let made = http()
+        .put(&source)
+        .header("content-type", "text/plain")
+        .body("abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let forked = http()
+        .put(&fork)
+        .header("stream-forked-from", "source")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forked.status(), StatusCode::CREATED);
+
+    let mut recordings = recordings_client(server.addr).await;
+    let request = tapedeck::pb::tapedeck::DeleteRecordingRequest {
+        conversation_id: b"fork".to_vec(),
+    };
+    let deleted = recordings.delete(request).await.unwrap().into_inner();
+    assert!(deleted.existed);
+
+    let delete = http().delete(&source).send().await.unwrap();
+    assert_eq!(delete.status(), StatusCode::NO_CONTENT);
+    let head = http().head(&source).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::NOT_FOUND, "kept as if forked");
+    let again = http()
+        .put(&source)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        again.status(),
+        StatusCode::CREATED,
+        "the path is free again"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_append_that_rewrites_a_sources_row_keeps_its_fork_count() {
+    // An idempotent producer's append writes the stream's row anew; the fork count in it is
+    // the store's, so the source still stays for its fork when it is deleted.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let (source, fork) = (server.stream_url("source"), server.stream_url("fork"));
+    let made = http()
+        .put(&source)
+        .header("content-type", "text/plain")
+        .body("abc")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(made.status(), StatusCode::CREATED);
+    let forked = http()
+        .put(&fork)
+        .header("stream-forked-from", "source")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(forked.status(), StatusCode::CREATED);
+    let appended = http()
+        .post(&source)
+        .header("content-type", "text/plain")
+        .header("producer-id", "p")
+        .header("producer-epoch", "0")
+        .header("producer-seq", "0")
+        .body("def")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(appended.status(), StatusCode::OK);
+
+    let delete = http().delete(&source).send().await.unwrap();
+    assert_eq!(delete.status(), StatusCode::NO_CONTENT);
+    let head = http().head(&source).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::GONE, "kept for its fork");
+    let read = http().get(&fork).send().await.unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(read.text().await.unwrap(), "abc");
+    server.stop().await;
+}

@@ -1,11 +1,13 @@
 //! The HTTP face: the Durable Streams protocol at `/v1/stream/{path}`, on the same recorder
 //! and store as the gRPC APIs. A conversation id in text form is a stream path.
 //!
+//! The protocol's rules (handles, TTL, forks, idempotent producers, soft delete) are the
+//! recorder's (`recorder::streams`); this face parses, authorizes, calls it, and maps each
+//! outcome to a response.
+//!
 //! # Layout
-//! - `streams`: the handles of streams made over HTTP (row, producer session, lock).
-//! - `write`: create, append, close, delete; `fork`: forks; `producer`: idempotent producers;
-//!   `json`: JSON mode.
-//! - `read`: the reader that stitches forks, catch-up and long-poll reads, HEAD; `sse`: SSE.
+//! - `write`: create, append, close, delete, each outcome mapped to a reply.
+//! - `read`: catch-up and long-poll reads, HEAD; `sse`: SSE; `json`: JSON array framing.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
@@ -15,15 +17,12 @@ mod access;
 mod connections;
 mod cursor;
 pub(crate) mod failure;
-mod fork;
 mod json;
 mod offset;
-mod producer;
 mod read;
 mod reply;
 mod request;
 mod sse;
-mod streams;
 mod write;
 
 use std::future::Future;
@@ -42,9 +41,9 @@ use crate::access::{Guard, Operation};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::Recorder;
+use crate::recorder::streams::{AppendAsk, CreateAsk, ForkAsk, Streams};
 use offset::ReadFrom;
 use reply::{Replied, Reply};
-use streams::Streams;
 
 pub use connections::Bounds;
 
@@ -231,31 +230,29 @@ impl HttpFace {
             }
             Method::PUT => {
                 access::authorize(&principal, Operation::Record, &id)?;
-                self.refuse_if_stopping()?;
-                let max_retention = self.recorder.limits().max_retention;
                 let fork = self.fork_ask(&headers)?;
                 if let Some(fork) = &fork {
                     access::authorize(&principal, Operation::Replay, &fork.source)?;
                 }
-                let ask = write::Create {
-                    content_type: request::content_type(&headers)?,
-                    ttl_secs: request::ttl(&headers, max_retention)?,
-                    expires_at_ms: request::expires_at(
-                        &headers,
-                        self.streams.now_ms(),
-                        max_retention,
-                    )?,
-                    closed: request::closing(&headers),
-                    body: self.read_body(body).await?,
-                    fork,
+                let text = |name| request::text(&headers, name).map(|v| v.map(str::to_string));
+                let create = write::Create {
+                    ask: CreateAsk {
+                        content_type: request::content_type(&headers)?,
+                        ttl_secs: request::ttl(&headers)?,
+                        expires_at_ms: request::expires_at(&headers)?,
+                        closed: request::closing(&headers),
+                        body: self.read_body(body).await?,
+                        fork,
+                    },
                     location: location(&headers, &parts.uri),
+                    ttl_text: text(reply::STREAM_TTL)?,
+                    expires_text: text(reply::STREAM_EXPIRES_AT)?,
                 };
-                self.create(&id, ask).await
+                self.create(&id, create).await
             }
             Method::POST => {
                 access::authorize(&principal, Operation::Record, &id)?;
-                self.refuse_if_stopping()?;
-                let ask = write::Append {
+                let ask = AppendAsk {
                     content_type: request::content_type(&headers)?,
                     closing: request::closing(&headers),
                     stream_seq: request::text(&headers, reply::STREAM_SEQ)?.map(str::to_string),
@@ -266,7 +263,6 @@ impl HttpFace {
             }
             Method::DELETE => {
                 access::authorize(&principal, Operation::Delete, &id)?;
-                self.refuse_if_stopping()?;
                 self.delete(&id).await
             }
             _ => Err(Reply::refuse(
@@ -275,15 +271,6 @@ impl HttpFace {
             )
             .header(http::header::ALLOW, "GET, HEAD, PUT, POST, DELETE, OPTIONS")),
         }
-    }
-
-    /// Refuses a write once the server has begun to shut down, as gRPC refuses a new
-    /// producer: 503, which the protocol's clients retry (against the restarted server).
-    fn refuse_if_stopping(&self) -> std::result::Result<(), Reply> {
-        if self.recorder.is_shutting_down() {
-            return Err(write::failed(Error::ShuttingDown));
-        }
-        Ok(())
     }
 
     async fn get(&self, id: &ConversationId, query: &Query, headers: &http::HeaderMap) -> Replied {
@@ -317,10 +304,7 @@ impl HttpFace {
     }
 
     /// The fork a create asks for, from its headers.
-    fn fork_ask(
-        &self,
-        headers: &http::HeaderMap,
-    ) -> std::result::Result<Option<fork::ForkAsk>, Reply> {
+    fn fork_ask(&self, headers: &http::HeaderMap) -> std::result::Result<Option<ForkAsk>, Reply> {
         let source = request::text(headers, reply::STREAM_FORKED_FROM)?;
         let offset = request::offset(headers, reply::STREAM_FORK_OFFSET)?;
         let sub = request::text(headers, reply::STREAM_FORK_SUB_OFFSET)?;
@@ -346,7 +330,7 @@ impl HttpFace {
         let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
         let source = ConversationId::parse(decoded.as_bytes())
             .map_err(|err| bad(&format!("bad Stream-Forked-From: {err}")))?;
-        Ok(Some(fork::ForkAsk {
+        Ok(Some(ForkAsk {
             source,
             offset,
             sub_offset,

@@ -1,16 +1,11 @@
 //! Reading a request's protocol headers into typed values; a malformed one is a 400 that says
 //! which header and why.
-use std::time::Duration;
-
 use http::{HeaderMap, StatusCode};
 
 use super::offset::Offset;
-use super::producer::MAX_PRODUCER_NUMBER;
 use super::reply::*;
+use crate::recorder::streams::MAX_PRODUCER_NUMBER;
 use crate::store::ProducerStamp;
-
-/// The content type a stream gets when its create names none.
-pub(crate) const DEFAULT_CONTENT_TYPE: &str = "application/octet-stream";
 
 fn bad(message: String) -> Reply {
     Reply::refuse(StatusCode::BAD_REQUEST, message)
@@ -50,36 +45,23 @@ pub(crate) fn strict_u64(value: &str) -> Option<u64> {
         .flatten()
 }
 
-/// `Stream-TTL`, in seconds; refused over `max_retention` (`--max-retention`), as gRPC
-/// refuses a `retention_seconds` over it.
-pub(crate) fn ttl(headers: &HeaderMap, max_retention: Duration) -> Result<Option<u64>, Reply> {
+/// `Stream-TTL`, in seconds; digits too many for 64 bits read as the largest number (the
+/// recorder refuses it over `--max-retention`, as any TTL over it).
+pub(crate) fn ttl(headers: &HeaderMap) -> Result<Option<u64>, Reply> {
     let Some(value) = text(headers, STREAM_TTL)? else {
         return Ok(None);
     };
-    let max = max_retention.as_secs();
-    let over = || {
-        bad(format!(
-            "Stream-TTL {value} is over this server's limit of {max} seconds (--max-retention)"
-        ))
-    };
     match strict_u64(value) {
-        Some(ttl) if ttl > max => Err(over()),
         Some(ttl) => Ok(Some(ttl)),
-        // Digits too many for 64 bits are a number all the same: over any limit.
-        None if is_canonical_digits(value) => Err(over()),
+        None if is_canonical_digits(value) => Ok(Some(u64::MAX)),
         None => Err(bad(format!(
             "Stream-TTL must be a whole number of seconds, like 3600; got {value:?}"
         ))),
     }
 }
 
-/// `Stream-Expires-At`, in ms since the epoch; refused when it is more than `max_retention`
-/// (`--max-retention`) after `now_ms`.
-pub(crate) fn expires_at(
-    headers: &HeaderMap,
-    now_ms: u64,
-    max_retention: Duration,
-) -> Result<Option<u64>, Reply> {
+/// `Stream-Expires-At`, in ms since the epoch (the recorder bounds it by `--max-retention`).
+pub(crate) fn expires_at(headers: &HeaderMap) -> Result<Option<u64>, Reply> {
     let Some(value) = text(headers, STREAM_EXPIRES_AT)? else {
         return Ok(None);
     };
@@ -92,15 +74,7 @@ pub(crate) fn expires_at(
                 "Stream-Expires-At must be an RFC 3339 time, like 2030-01-01T00:00:00Z; got {value:?}"
             ))
         })?;
-    let at_ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
-    let max_ms = u64::try_from(max_retention.as_millis()).unwrap_or(u64::MAX);
-    if at_ms > now_ms.saturating_add(max_ms) {
-        return Err(bad(format!(
-            "Stream-Expires-At {value} is more than {} seconds from now, over this server's limit (--max-retention)",
-            max_retention.as_secs()
-        )));
-    }
-    Ok(Some(at_ms))
+    Ok(Some(u64::try_from(at.as_millis()).unwrap_or(u64::MAX)))
 }
 
 /// Whether `value` is a decimal integer written as [`strict_u64`] asks, whatever its size.

@@ -18,10 +18,11 @@ use super::HttpFace;
 use super::cursor;
 use super::json;
 use super::offset::{Offset, ReadFrom};
-use super::read::{Reader, Snapshot};
+use super::read::start;
 use super::reply::*;
 use super::write::failed;
 use crate::id::ConversationId;
+use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
 
 /// Most bytes in one `data` event.
 const MAX_EVENT_BYTES: usize = 256 * 1024;
@@ -40,8 +41,8 @@ enum Encoding {
 }
 
 impl Encoding {
-    fn of(snapshot: &Snapshot) -> Self {
-        let essence = json::essence(&snapshot.content_type).to_ascii_lowercase();
+    fn of(snapshot: &StreamSnapshot) -> Self {
+        let essence = essence(&snapshot.content_type).to_ascii_lowercase();
         if snapshot.is_json() {
             Encoding::Json
         } else if essence.starts_with("text/") {
@@ -61,17 +62,14 @@ impl HttpFace {
         cursor_param: Option<String>,
     ) -> Replied {
         let snapshot = self.snapshot(id, true).await?;
-        let offset = snapshot.start(from)?;
+        let offset = start(&snapshot, from)?;
         let encoding = Encoding::of(&snapshot);
-        let reader = Reader::open_at(
-            self,
-            id,
-            snapshot.fork.clone(),
-            offset,
-            encoding == Encoding::Json,
-        )
-        .await
-        .map_err(failed)?;
+        // JSON mode reads whole messages, as `Encoding::Json` frames them.
+        let reader = self
+            .streams
+            .reader(id, &snapshot, offset)
+            .await
+            .map_err(failed)?;
         let mut reply = Reply::new(StatusCode::OK)
             .content_type("text/event-stream")
             .cache("no-cache");
@@ -86,7 +84,7 @@ impl HttpFace {
 
 /// Where an event stream is between two events.
 struct Events {
-    reader: Reader,
+    reader: LineageReader,
     /// The cursor of the last control event (at first, the request's).
     cursor: Option<String>,
     first: bool,
@@ -96,7 +94,7 @@ struct Events {
 
 /// The event stream of `reader`.
 fn events(
-    reader: Reader,
+    reader: LineageReader,
     encoding: Encoding,
     cursor_param: Option<String>,
     stop: tokio_util::sync::CancellationToken,

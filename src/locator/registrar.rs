@@ -127,7 +127,7 @@ impl Registrar {
 
     /// Brings the entries of conversations `keys` up to date with what is stored here.
     async fn register(&mut self, keys: Vec<u128>) {
-        let metas = match self.recorder.recordings().store().metas(keys.clone()).await {
+        let metas = match self.recorder.metas(keys.clone()).await {
             Ok(metas) => metas,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read recordings to register them");
@@ -178,7 +178,7 @@ impl Registrar {
         let ttl_ms = if meta.status == Status::Recording {
             LIVE_TTL.as_millis() as u64
         } else {
-            let now_ms = self.recorder.recordings().store().clock().now_ms();
+            let now_ms = self.recorder.now_ms();
             match meta.expires_at_ms {
                 Some(expires) if expires > now_ms => expires - now_ms,
                 Some(_) => return Wanted::Nothing,

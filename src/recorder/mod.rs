@@ -1,16 +1,21 @@
 //! The domain core: live recordings (status, committed high-water mark, the live registry and
 //! its limit, the conflict policy), producer sessions (attach, detach, resume, fencing),
 //! replays from any byte offset, cancel, delete, what is known about a recording, the live
-//! check, idle timeouts, grace periods and shutdown. Protocol-free: the faces sit on top, the
-//! store below.
+//! check, idle timeouts, grace periods and shutdown; the Durable Streams rules (`streams`);
+//! the limits every producer is held to (`limits`); the gauges' sampler (`gauges`).
+//! Protocol-free: the faces sit on top, the store below.
 
 mod changes;
+pub mod gauges;
 mod info;
+mod limits;
 mod producer;
 mod registry;
 mod replay;
 mod resume;
 mod status;
+mod stored;
+pub mod streams;
 pub mod sweeper;
 mod tape;
 
@@ -23,6 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 pub use changes::Changes;
 pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, MAX_PAGE_SIZE, RecordingInfo};
+pub use limits::SizeRefused;
 pub use producer::{Producer, Stopped};
 pub use registry::{LivePolicy, OnConflict, Recordings};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
@@ -94,13 +100,11 @@ impl Recorder {
             return Err(Error::ShuttingDown);
         }
         let retention_ms = match options.retention {
-            Some(asked) if asked > self.limits.max_retention => {
-                return Err(Error::RetentionTooLong {
-                    asked: asked.as_secs(),
-                    max: self.limits.max_retention.as_secs(),
-                });
+            Some(asked) => {
+                self.limits.check_retention(asked)?;
+                Some(asked.as_millis() as u64)
             }
-            asked => asked.map(|r| r.as_millis() as u64),
+            None => None,
         };
         // On a task of its own: a caller that goes away mid-start (its connection cut) drops
         // only the handle, and the producer's handle, once made, detaches like any other.

@@ -114,12 +114,7 @@ impl Producer {
         {
             return Err(Error::ConversationIdChanged);
         }
-        if content.len() > self.limits.max_chunk_bytes {
-            return Err(Error::ChunkTooLarge {
-                size: content.len(),
-                max: self.limits.max_chunk_bytes,
-            });
-        }
+        self.limits.check_chunk(content.len())?;
         let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
         let content = match usize::try_from(self.skip) {
             Ok(skip) if skip >= content.len() => {
@@ -136,13 +131,8 @@ impl Producer {
         if content.is_empty() {
             return Ok(None);
         }
-        let size = writer.appended_bytes() + content.len() as u64;
-        if size > self.limits.max_recording_bytes {
-            return Err(Error::RecordingTooLarge {
-                size,
-                max: self.limits.max_recording_bytes,
-            });
-        }
+        self.limits
+            .check_recording(writer.appended_bytes() + content.len() as u64)?;
         let committed = writer.append(content).await?;
         self.skip = 0;
         Ok(Some(committed))

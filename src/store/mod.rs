@@ -366,7 +366,9 @@ impl Store {
 
     /// Deletes conversation `key`'s recording, which must have ended: marks it deleted, then
     /// deletes its chunks in commits of at most [`MAX_CHUNKS_PER_SWEEP_COMMIT`], and leaves a
-    /// tombstone. Returns whether there was a recording.
+    /// tombstone. A stream that forks read from is only soft-deleted (its `streams` row says
+    /// so; its data goes with its last fork), decided in the commit that reads its fork count.
+    /// Returns whether there was a recording.
     ///
     /// Fails with `ShuttingDown` when the store is closed, or a storage error; what was not
     /// deleted yet is collected by the sweeper.

@@ -202,9 +202,18 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(Some(old))
     }
 
-    /// Marks an ended recording as deleted, due for collection now. Returns `false` when the
-    /// conversation has no recording.
+    /// Marks an ended recording as deleted, due for collection now; but a stream that forks
+    /// read from is only soft-deleted (gone for clients, its data kept), decided here on the
+    /// fork count this transaction reads. Returns `false` when the conversation has no
+    /// recording.
     pub(super) fn mark_deleted(&mut self, key: u128) -> Result<bool> {
+        if let Some(mut row) = self.stream_row(key)?
+            && row.forks > 0
+        {
+            row.soft_deleted = true;
+            self.write_stream_row(key, &row)?;
+            return Ok(true);
+        }
         let now = self.now;
         let cached = self.cached(key)?;
         let Some(meta) = cached.row.as_mut() else {
@@ -298,13 +307,33 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         }
     }
 
-    /// Writes (or, with `None`, removes) the `streams` row of `key`.
+    /// Writes (or, with `None`, removes) the `streams` row of `key`. The fork count and the
+    /// soft delete are the store's: a row written over a stored one keeps the stored values.
     pub(super) fn put_stream_row(&mut self, key: u128, row: Option<&[u8]>) -> Result<()> {
-        match row {
-            Some(bytes) => self.streams.insert(key, bytes).map(drop),
-            None => self.streams.remove(key).map(drop),
+        let Some(bytes) = row else {
+            return self.streams.remove(key).map(drop).map_err(Error::storage);
+        };
+        match self.stream_row(key)? {
+            Some(stored) => {
+                let mut row = StreamRow::decode(bytes)?;
+                row.forks = stored.forks;
+                row.soft_deleted = stored.soft_deleted;
+                self.write_stream_row(key, &row)
+            }
+            None => self
+                .streams
+                .insert(key, bytes)
+                .map(drop)
+                .map_err(Error::storage),
         }
-        .map_err(Error::storage)
+    }
+
+    /// Writes `row` as the `streams` row of `key`, as it is.
+    fn write_stream_row(&mut self, key: u128, row: &StreamRow) -> Result<()> {
+        self.streams
+            .insert(key, row.encode()?.as_slice())
+            .map(drop)
+            .map_err(Error::storage)
     }
 
     /// One fork of `source` is gone: a source deleted while forked is deleted now that its
@@ -316,12 +345,16 @@ impl<'a, 'txn> Tables<'a, 'txn> {
                 break;
             };
             row.forks = row.forks.saturating_sub(1);
-            if row.forks == 0 && row.soft_deleted {
-                self.mark_deleted(source)?;
+            let released = row.forks == 0 && row.soft_deleted;
+            if released {
                 // Released here, so that collecting it later releases nothing twice.
                 next = row.fork.take().map(|fork| fork.source);
             }
-            self.put_stream_row(source, Some(&row.encode()?))?;
+            // Written first: deleting it reads the count.
+            self.write_stream_row(source, &row)?;
+            if released {
+                self.mark_deleted(source)?;
+            }
         }
         Ok(())
     }
@@ -345,7 +378,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             .stream_row(source)?
             .ok_or_else(|| missing_row(source))?;
         row.forks += 1;
-        self.put_stream_row(source, Some(&row.encode()?))
+        self.write_stream_row(source, &row)
     }
 
     /// Whether forks still read from `key`: then it stays, whatever its expiry says.

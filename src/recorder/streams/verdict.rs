@@ -1,10 +1,10 @@
-//! Idempotent producers (`Producer-Id` / `-Epoch` / `-Seq`): the protocol's validation of one
+//! Idempotent producers (`Producer-Id` / `-Epoch` / `-Seq`): the protocol's judgement of one
 //! request against the producer's stored state. Pure: the caller holds the stream's lock, so
-//! validation and append are serialized per stream, and commits the new state with the data.
+//! judgement and append are serialized per stream, and commits the new state with the data.
 use crate::store::{ProducerStamp, ProducerState};
 
 /// Largest epoch or sequence number: 2^53 - 1, for JavaScript clients.
-pub(crate) const MAX_PRODUCER_NUMBER: u64 = (1 << 53) - 1;
+pub const MAX_PRODUCER_NUMBER: u64 = (1 << 53) - 1;
 
 /// What to do with a producer's request.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
