@@ -2,8 +2,9 @@
 //! in `Authorization: Bearer`), plus a `token` query parameter carrying a grant for clients
 //! that cannot set headers (a browser's EventSource). Missing or bad credentials are 401, a
 //! grant that does not cover the stream 403; neither repeats a credential.
-use http::{HeaderMap, StatusCode};
+use http::HeaderMap;
 
+use super::failure::failed;
 use super::reply::Reply;
 use crate::access::{Guard, Operation, Principal};
 use crate::error::Error;
@@ -44,8 +45,7 @@ pub(crate) fn principal(
         metrics::counter!(crate::metrics::AUTH_REFUSALS, "reason" => "unauthenticated")
             .increment(1);
         tracing::warn!(error = %err, "HTTP request refused");
-        Reply::refuse(StatusCode::UNAUTHORIZED, err.client_message())
-            .header(http::header::WWW_AUTHENTICATE, "Bearer")
+        failed(err)
     })
 }
 
@@ -58,5 +58,5 @@ pub(crate) fn authorize(
 ) -> Result<(), Reply> {
     principal
         .authorize(operation, id)
-        .map_err(|err| Reply::refuse(StatusCode::FORBIDDEN, err.client_message()))
+        .map_err(failed)
 }
