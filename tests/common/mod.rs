@@ -4,7 +4,6 @@
 //! (`python`) and Redis (`redis_server`). Everything but the last two is re-exported here, so
 //! a test file needs only `use common::*;`.
 #![allow(dead_code)] // each test binary uses a different part of this module
-#![allow(unused_imports)] // so do the re-exports below
 
 use std::time::Duration;
 
@@ -16,11 +15,9 @@ pub(crate) mod python;
 pub(crate) mod redis_server;
 mod server;
 
-pub(crate) use binary::*;
-pub(crate) use grpc::*;
-pub(crate) use host::*;
-pub(crate) use net::*;
-pub(crate) use server::*;
+// Each test binary uses a different part of these, so some are unused in each.
+#[allow(unused_imports)]
+pub(crate) use {binary::*, grpc::*, host::*, net::*, server::*};
 
 /// How long any single wait in a test may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
