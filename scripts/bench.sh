@@ -16,7 +16,7 @@ if ! command -v redis-server >/dev/null 2>&1; then
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq redis-server >/dev/null
 fi
 
-cargo build --release --features loadgen --bins
+cargo build --release --workspace --bins
 
 json="${BENCH_JSON:-target/bench-results.json}"
 echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB, $(redis-server --version | cut -d' ' -f1-3)" >&2

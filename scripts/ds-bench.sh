@@ -15,7 +15,7 @@ peers="${DS_PEERS:-target/ds-peers}"
 [ -x "$peers/ds-server/bin/durable-streams-server" ] ||
     cargo install --quiet --root "$peers/ds-server" durable-streams-server@0.3.0
 
-cargo build --release --features loadgen --bin tapedeck --bin tapedeck-ds-bench
+cargo build --release --workspace --bin tapedeck --bin tapedeck-ds-bench
 echo "machine: $(nproc) cores, $(free -g | awk '/^Mem:/ {print $2}') GiB; source $(git describe --always --dirty 2>/dev/null || echo unknown)" >&2
 echo "load before the run: $(cut -d' ' -f1-3 /proc/loadavg)" >&2
 target/release/tapedeck-ds-bench \

@@ -19,8 +19,8 @@
 //! # Ok(()) }
 //! ```
 
+mod playback;
 mod record;
-mod replay;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -31,8 +31,8 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
+pub use playback::{Passage, Playback};
 pub use record::{RecordOptions, Recording};
-pub use replay::{Piece, Replay};
 
 use crate::pb::response_recorder_service_client::ResponseRecorderServiceClient;
 use crate::pb::tapedeck::recordings_client::RecordingsClient;
@@ -186,24 +186,24 @@ impl Client {
     ///
     /// Fails as the server's `Replay` does (`NOT_FOUND`, `OUT_OF_RANGE`…), or with
     /// `UNAVAILABLE` after too many redirects.
-    pub async fn replay(&self, id: &[u8], from: u64) -> Result<Replay, Status> {
+    pub async fn replay(&self, id: &[u8], from: u64) -> Result<Playback, Status> {
         self.replay_with(id, from, false).await
     }
 
-    /// As [`replay`](Self::replay), one piece per recorded chunk, with its index and commit
+    /// As [`replay`](Self::replay), one passage per recorded chunk, with its index and commit
     /// time.
     ///
     /// Fails as [`replay`](Self::replay) does.
-    pub async fn replay_chunks(&self, id: &[u8], from: u64) -> Result<Replay, Status> {
+    pub async fn replay_chunks(&self, id: &[u8], from: u64) -> Result<Playback, Status> {
         self.replay_with(id, from, true).await
     }
 
-    async fn replay_with(&self, id: &[u8], from: u64, chunked: bool) -> Result<Replay, Status> {
+    async fn replay_with(&self, id: &[u8], from: u64, chunked: bool) -> Result<Playback, Status> {
         let mut client = self.clone();
         for _ in 0..=self.config.max_redirects {
-            match Replay::open(client.recorder(), id, from, chunked).await? {
-                replay::Opened::Here(replay) => return Ok(*replay),
-                replay::Opened::Redirect(address) => client = self.redirected(&address).await?,
+            match Playback::open(client.recorder(), id, from, chunked).await? {
+                playback::Opened::Here(replay) => return Ok(*replay),
+                playback::Opened::Redirect(address) => client = self.redirected(&address).await?,
             }
         }
         Err(too_many_redirects(self.config.max_redirects))

@@ -1,40 +1,30 @@
 //! A live recording in memory: its committed high-water mark (a `watch` that readers wait on),
 //! the most recent committed chunks (so live readers rarely touch the disk), which producer
-//! session holds it, and the producer's handle that appends to it. The commit pipeline moves
-//! it on through [`LiveRecording`].
+//! session holds it, and the producer's handle that appends to it ([`TapeWriter`], in
+//! `writer`; the in-memory chunks in `tail`). The commit pipeline moves it on through
+//! [`LiveRecording`].
 //!
 //! A producer that lets go without finishing *detaches*: the recording stays live, readers
 //! keep following, and it ends as `interrupted` only if no producer resumes it within the
 //! grace period. A resume starts a new producer session; the pipeline refuses appends of
 //! older sessions from then on (fencing).
-use std::collections::VecDeque;
+mod tail;
+mod writer;
+
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
-use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::registry::Registry;
 use super::status::{Progress, Status};
-use crate::error::{Error, Result};
+use crate::error::Error;
 use crate::id::ConversationId;
-use crate::store::{
-    Batch, BatchCommitted, Chunk, Committed, EndIf, LiveRecording, Resumed, Store, StreamRow,
-};
-
-/// Recent chunks kept in memory per live recording; older ones are read from the store.
-const TAIL_MAX_CHUNKS: usize = 64;
-/// Bytes of recent chunks kept in memory per live recording (the newest chunk is always kept).
-const TAIL_MAX_BYTES: usize = 16 * 1024;
-
-/// The most recent committed chunks of a live recording, and their total text length.
-#[derive(Debug, Default)]
-struct Tail {
-    chunks: VecDeque<Chunk>,
-    bytes: usize,
-}
+use crate::store::{Chunk, LiveRecording};
+use tail::Tail;
+pub use writer::TapeWriter;
 
 /// Which producer session may append to a live recording, and whether it is still there.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -215,14 +205,7 @@ impl Tape {
     /// of them have already left the in-memory tail (read them from the store instead).
     pub fn tail_from(&self, index: u64) -> Option<Vec<Chunk>> {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
-        match tail.chunks.front() {
-            Some(first) if first.index <= index => {
-                let skip = (index - first.index) as usize;
-                Some(tail.chunks.iter().skip(skip).cloned().collect())
-            }
-            Some(_) => None,
-            None => (index >= self.progress().chunks).then(Vec::new),
-        }
+        tail.from(index, || self.progress().chunks)
     }
 }
 
@@ -301,21 +284,10 @@ impl LiveRecording for Tape {
     fn publish_chunks(&self, chunks: Vec<Chunk>) {
         let Some(last) = chunks.last() else { return };
         let (count, bytes) = (last.index + 1, last.end());
-        {
-            let mut tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
-            let tail = &mut *tail;
-            for chunk in chunks {
-                tail.bytes += chunk.data.len();
-                tail.chunks.push_back(chunk);
-            }
-            while tail.chunks.len() > 1
-                && (tail.chunks.len() > TAIL_MAX_CHUNKS || tail.bytes > TAIL_MAX_BYTES)
-            {
-                if let Some(old) = tail.chunks.pop_front() {
-                    tail.bytes -= old.data.len();
-                }
-            }
-        }
+        self.tail
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(chunks);
         self.progress.send_modify(|p| {
             p.chunks = count;
             p.bytes = bytes;
@@ -341,165 +313,5 @@ impl LiveRecording for Tape {
             duration_ms = self.started.elapsed().as_millis() as u64,
             "recording ended"
         );
-    }
-}
-
-/// The producer's handle on a live recording, for one producer session: assigns each chunk
-/// its index and offset. Dropping it without [`finish`](Self::finish) detaches the producer:
-/// the recording stays live for the grace period, for a producer to resume.
-#[derive(Debug)]
-pub struct TapeWriter {
-    store: Store,
-    tape: Arc<Tape>,
-    session: u64,
-    next_index: u64,
-    next_offset: u64,
-    finished: bool,
-    /// Why the producer let go, for the log and the end message if nobody resumes.
-    detach_reason: Option<String>,
-}
-
-impl TapeWriter {
-    /// The handle of producer session 1 of a new recording.
-    pub(super) fn new(store: Store, tape: Arc<Tape>) -> Self {
-        let resumed = Resumed {
-            session: tape.holder().session,
-            chunks: 0,
-            bytes: 0,
-        };
-        Self::resumed(store, tape, resumed)
-    }
-
-    /// The handle of a producer session that took over after `resumed.bytes` committed bytes.
-    pub(super) fn resumed(store: Store, tape: Arc<Tape>, resumed: Resumed) -> Self {
-        Self {
-            store,
-            tape,
-            session: resumed.session,
-            next_index: resumed.chunks,
-            next_offset: resumed.bytes,
-            finished: false,
-            detach_reason: None,
-        }
-    }
-
-    /// The recording being written.
-    pub fn tape(&self) -> &Arc<Tape> {
-        &self.tape
-    }
-
-    /// This producer session.
-    pub fn session(&self) -> u64 {
-        self.session
-    }
-
-    /// Bytes appended so far (before this session too), committed or not.
-    pub fn appended_bytes(&self) -> u64 {
-        self.next_offset
-    }
-
-    /// Queues `text` as the next chunk. The returned receiver resolves after the commit that
-    /// holds it, or with `Fenced` once another session has taken over; dropping it is fine
-    /// (readers see the chunk once committed either way).
-    ///
-    /// Fails with `ShuttingDown` when the store is closed.
-    pub async fn append(&mut self, text: &str) -> Result<Committed> {
-        self.append_bytes(Bytes::copy_from_slice(text.as_bytes()))
-            .await
-    }
-
-    /// As [`append`](Self::append), for any bytes (a byte stream's).
-    ///
-    /// Fails as [`append`](Self::append) does.
-    pub async fn append_bytes(&mut self, data: Bytes) -> Result<Committed> {
-        let len = data.len() as u64;
-        let chunk = Chunk {
-            index: self.next_index,
-            offset: self.next_offset,
-            data,
-            committed_ms: 0,
-        };
-        let committed = self
-            .store
-            .append(self.tape.clone(), self.session, chunk)
-            .await?;
-        self.next_index += 1;
-        self.next_offset += len;
-        Ok(committed)
-    }
-
-    /// Queues `data` as the next chunks, with the recording's new `streams` row and, if
-    /// `end` is given, its end, all in one commit. The returned handle resolves after it.
-    ///
-    /// Fails with `ShuttingDown` when the store is closed.
-    pub async fn write_batch(
-        &mut self,
-        data: Vec<Bytes>,
-        row: Option<StreamRow>,
-        end: Option<Status>,
-    ) -> Result<BatchCommitted> {
-        let mut chunks = Vec::with_capacity(data.len());
-        let (mut index, mut offset) = (self.next_index, self.next_offset);
-        for data in data {
-            let len = data.len() as u64;
-            chunks.push(Chunk {
-                index,
-                offset,
-                data,
-                committed_ms: 0,
-            });
-            index += 1;
-            offset += len;
-        }
-        let batch = Batch { chunks, row, end };
-        let committed = self
-            .store
-            .write_batch(self.tape.clone(), self.session, batch)
-            .await?;
-        (self.next_index, self.next_offset) = (index, offset);
-        if end.is_some() {
-            self.finished = true;
-        }
-        Ok(committed)
-    }
-
-    /// Ends the recording with `status` once everything appended is committed, if this session
-    /// still holds it. Returns the final progress; its status differs from `status` when the
-    /// recording had already ended (cancelled, superseded, deleted, failed) before this call.
-    ///
-    /// Fails with `Fenced` when another session has taken over, or when the end cannot be
-    /// committed.
-    pub async fn finish(mut self, status: Status, message: Option<String>) -> Result<Progress> {
-        self.finished = true;
-        let only = EndIf::Holds(self.session);
-        let ended = self
-            .store
-            .end_if(self.tape.clone(), only, status, message)
-            .await?;
-        if !ended && self.tape.progress().status.is_live() {
-            return Err(Error::Fenced);
-        }
-        Ok(self.tape.progress())
-    }
-
-    /// Lets go of the recording without finishing it, because of `reason`.
-    pub fn detach(mut self, reason: String) {
-        self.detach_reason = Some(reason);
-    }
-}
-
-impl Drop for TapeWriter {
-    fn drop(&mut self) {
-        if self.finished || !self.tape.detach(self.session) {
-            return;
-        }
-        let reason = self
-            .detach_reason
-            .take()
-            .unwrap_or_else(|| "the producer went away".into());
-        tracing::info!(conversation = %self.tape.id, session = self.session, reason = %reason, "producer detached");
-        if let Some(registry) = self.tape.registry.upgrade() {
-            registry.start_grace(&self.store, &self.tape, self.session, reason);
-        }
     }
 }

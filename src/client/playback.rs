@@ -1,14 +1,14 @@
-//! A replay from the client's side: pieces in order, the byte offset reached (to resume from
-//! after a dropped connection), and how the recording ended, from the trailers.
+//! `Playback`: a replay from the client's side: passages in order, the byte offset reached (to
+//! resume from after a dropped connection), and how the recording ended, from the trailers.
 use tonic::{Status, Streaming};
 
 use super::Calls;
 use crate::pb::response_recorder_service_client::ResponseRecorderServiceClient;
 use crate::pb::{ReplayRequest, ReplayResponse};
 
-/// One piece of a replay.
+/// One message of a replay, as the client receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Piece {
+pub struct Passage {
     /// Its text.
     pub content: String,
     /// The byte offset just after it: replay from here to continue.
@@ -20,7 +20,7 @@ pub struct Piece {
 
 /// An open replay.
 #[derive(Debug)]
-pub struct Replay {
+pub struct Playback {
     first: Option<ReplayResponse>,
     stream: Streaming<ReplayResponse>,
     chunked: bool,
@@ -32,12 +32,12 @@ pub struct Replay {
 /// What opening a replay found.
 pub(super) enum Opened {
     /// The server replays it.
-    Here(Box<Replay>),
+    Here(Box<Playback>),
     /// Another instance holds it, at this address.
     Redirect(String),
 }
 
-impl Replay {
+impl Playback {
     /// Opens the replay and reads its first message, which is a redirect when another
     /// instance holds the recording.
     pub(super) async fn open(
@@ -59,7 +59,7 @@ impl Replay {
         {
             return Ok(Opened::Redirect(first.redirect_address.clone()));
         }
-        let mut replay = Replay {
+        let mut replay = Playback {
             done: first.is_none(),
             first,
             stream,
@@ -73,11 +73,11 @@ impl Replay {
         Ok(Opened::Here(Box::new(replay)))
     }
 
-    /// The next piece, or `None` once the recording has ended and everything was read.
+    /// The next passage, or `None` once the recording has ended and everything was read.
     ///
     /// Fails with the status that ended the replay (`UNAVAILABLE` when the server shuts down:
     /// replay again from [`offset`](Self::offset)).
-    pub async fn next(&mut self) -> Result<Option<Piece>, Status> {
+    pub async fn next(&mut self) -> Result<Option<Passage>, Status> {
         let message = match self.first.take() {
             Some(first) => Some(first),
             None if self.done => None,
@@ -89,7 +89,7 @@ impl Replay {
             return Ok(None);
         };
         self.offset = message.offset as u64;
-        Ok(Some(Piece {
+        Ok(Some(Passage {
             content: message.content,
             offset: self.offset,
             chunk: self
@@ -98,7 +98,7 @@ impl Replay {
         }))
     }
 
-    /// The byte offset after the last piece read.
+    /// The byte offset after the last passage read.
     pub fn offset(&self) -> u64 {
         self.offset
     }

@@ -1,0 +1,112 @@
+//! Opening a replay: finding the conversation's recording (its live tape, or its stored,
+//! finished state) and seeking to the resume offset when it is already committed.
+use super::{Replay, Source};
+use crate::error::{Absence, Error, Result};
+use crate::id::ConversationId;
+use crate::recorder::registry::Recordings;
+use crate::recorder::status::{Progress, Status};
+use crate::store::Lookup;
+
+impl Replay {
+    pub(in crate::recorder) async fn open(
+        recordings: Recordings,
+        id: &ConversationId,
+        offset: u64,
+        text: bool,
+    ) -> Result<Replay> {
+        let (source, generation) = Self::find(&recordings, id).await?;
+        let mut replay = Replay {
+            recordings,
+            id: id.clone(),
+            key: id.key(),
+            generation,
+            source,
+            next_index: 0,
+            position: 0,
+            pending_seek: (offset > 0).then_some(offset),
+            ended: None,
+            chunked: false,
+            text,
+        };
+        // Seek now when the offset is already committed, so a bad offset fails the call itself.
+        let progress = replay.progress();
+        if offset > progress.bytes && !progress.status.is_live() {
+            return Err(Error::OffsetOutOfRange {
+                offset,
+                len: progress.bytes,
+            });
+        }
+        if offset > 0 && offset <= progress.bytes {
+            replay
+                .seek(offset, progress)
+                .await
+                .map_err(|err| replay.named(err))?;
+        }
+        Ok(replay)
+    }
+
+    /// The conversation's recording: its live tape, or its stored (finished) state.
+    ///
+    /// A tape is registered before its start is committed and unregistered after its end is,
+    /// so a stored row that still says `recording` with no tape registered means this lookup
+    /// raced a start or an end: look again once the registry changes. A row left `recording`
+    /// for good (its failure could not be stored) is replayed as `interrupted` after
+    /// `RACE_WAIT` rather than waited on forever.
+    async fn find(recordings: &Recordings, id: &ConversationId) -> Result<(Source, u64)> {
+        const RACE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
+        let deadline = tokio::time::Instant::now() + RACE_WAIT;
+        loop {
+            // Enabled before looking, so that a change between the look and the wait wakes it.
+            let changed = recordings.changed();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            if let Some(tape) = recordings.live(id.key()) {
+                let generation = tape.generation();
+                let progress = tape.subscribe();
+                let _following = tape.follow();
+                let source = Source::Live {
+                    tape,
+                    progress,
+                    _following,
+                };
+                return Ok((source, generation));
+            }
+            let not_found = |why| Error::RecordingNotFound {
+                id: id.to_string(),
+                why,
+            };
+            let meta = match recordings.store().lookup(id.key()).await? {
+                Lookup::Stored(meta) if meta.status == Status::Deleted => {
+                    let at_ms = meta.updated_ms;
+                    return Err(not_found(Absence::Deleted { at_ms }));
+                }
+                Lookup::Stored(meta) => meta,
+                Lookup::Gone(tombstone) => {
+                    return Err(not_found(match tombstone.gone {
+                        crate::store::Gone::Deleted => Absence::Deleted {
+                            at_ms: tombstone.collected_ms,
+                        },
+                        crate::store::Gone::Expired => Absence::Expired {
+                            finished_ms: tombstone.finished_ms,
+                            collected_ms: tombstone.collected_ms,
+                        },
+                    }));
+                }
+                Lookup::Unknown => return Err(not_found(Absence::Unknown)),
+            };
+            if meta.status.is_live() && tokio::time::timeout_at(deadline, changed).await.is_ok() {
+                continue;
+            }
+            let status = match meta.status {
+                Status::Recording => Status::Interrupted,
+                status => status,
+            };
+            let progress = Progress {
+                chunks: meta.chunk_count,
+                bytes: meta.byte_len,
+                status,
+            };
+            return Ok((Source::Finished { progress }, meta.generation));
+        }
+    }
+}
