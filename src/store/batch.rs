@@ -8,7 +8,7 @@ use super::live::{Chunk, Live};
 use super::pipeline::{EndIf, Op};
 use super::stream_row::{STREAMS, StreamRow};
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// What one batch writes.
 pub struct Batch {

@@ -56,7 +56,7 @@ use tokio_util::task::TaskTracker;
 use crate::clock::{Clock, SystemClock};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::recorder::Status;
+use crate::status::Status;
 pub use batch::{Batch, BatchCommitted};
 use database::DbHandle;
 use journal::JournalIndex;

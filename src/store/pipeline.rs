@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::metrics as metric;
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// Most ops folded into one transaction; bounds the size and latency of a single commit.
 const MAX_OPS_PER_COMMIT: usize = 4096;

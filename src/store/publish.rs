@@ -12,7 +12,7 @@ use super::pipeline::{Op, SweepReport, Writer};
 use super::tables::Tables;
 use super::wal::Redo;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// Someone waiting for an op's outcome.
 pub(super) enum Waiter {

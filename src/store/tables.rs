@@ -18,7 +18,7 @@ use super::segment::{self, Segment};
 use super::stream_row::{ForkOf, STREAMS, StreamRow};
 use super::wal::{Logged, Redo, TableId};
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// Expired recordings looked at by one sweep commit, at most.
 const MAX_DUE_PER_SWEEP: usize = 1024;

@@ -11,7 +11,7 @@ use super::super::journal::DIRECT_CHUNK_BYTES;
 use super::super::schema;
 use super::super::stored::StoredChunks;
 use super::{TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// Chunks unfolded in the journal, all recordings together.
 fn unfolded(store: &TestStore) -> usize {
