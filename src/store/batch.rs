@@ -5,7 +5,7 @@ use tokio::sync::oneshot;
 
 use super::Store;
 use super::live::{Chunk, Live};
-use super::pipeline::{EndIf, Op};
+use super::ops::{EndIf, Op};
 use super::stream_row::{STREAMS, StreamRow};
 use crate::error::{Error, Result};
 use crate::status::Status;

@@ -18,7 +18,8 @@ use tempfile::TempDir;
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Op, Writer, WriterSettings};
+use super::ops::Op;
+use super::pipeline::{Writer, WriterSettings};
 use super::schema::{self, SCHEMA_VERSION};
 use super::{Chunk, Committed, Store, StoreOptions, SweepReport};
 use crate::clock::{Clock, ManualClock};
