@@ -9,6 +9,7 @@
 //! - [`id`]: `ConversationId`, the wire forms of a conversation id, shown as the caller sent it.
 //! - [`access`]: credentials (API keys, signed grants) → a principal; the rules per operation.
 //! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
+//! - [`status`]: `Status`, a recording's place in its life, stored by variant number.
 //! - [`recorder`]: the domain core: live recordings (status, committed high-water mark, the
 //!   live registry and its limit, supersede), producer sessions, replays, cancel, the live
 //!   check, the sweeper's schedule, shutdown, the Durable Streams rules, the gauges' sampler.
@@ -39,6 +40,7 @@ pub mod locator;
 pub mod metrics;
 pub mod recorder;
 pub mod server;
+pub mod status;
 pub mod store;
 
 /// Code generated from `proto/` by `build.rs`; its docs are the proto file's comments.

@@ -5,10 +5,10 @@ use tokio::sync::oneshot;
 
 use super::Store;
 use super::live::{Chunk, Live};
-use super::pipeline::{EndIf, Op};
+use super::ops::{EndIf, Op};
 use super::stream_row::{STREAMS, StreamRow};
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// What one batch writes.
 pub struct Batch {

@@ -8,7 +8,7 @@ use super::journal::JournalView;
 use super::schema::{self, RECORDINGS, RecordingMeta, STARTED, TOMBSTONES, Tombstone};
 use super::stored::StoredChunks;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// What is stored about one conversation.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::oneshot;
 
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 use crate::store::RecordingMeta;
 
 /// One committed piece of a recording.

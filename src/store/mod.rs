@@ -11,13 +11,16 @@
 //!   as a read transaction sees them; `journal`: live recordings' newest chunks, held in
 //!   memory (durable in the log) until they are folded into `chunks`.
 //! - `live`: the seam to the recorder (chunks, the hooks the pipeline calls).
-//! - `pipeline`: the op types and the batching loop of the commit pipeline; `tables`: the
-//!   transaction layer it applies ops with; `publish`: what happens after a commit, or after
-//!   a failed one.
-//! - `database`: the open file and its write-ahead log, how a commit goes to them, reopening
-//!   after I/O errors, and the disk reserve; `wal`: the log itself (frames, the logged tables,
-//!   the encoded changes, the replay); `recovery`: opening a file, replaying its log, checking
-//!   its schema, and finding what the last run left live;
+//! - `options`: [`StoreOptions`]; `writes`: a recording's writes (start, attach, append, end).
+//! - `ops`: the commit pipeline's ops, a module each holding what it does in the write
+//!   transaction, what it leaves to do after the commit, and what it answers; `pipeline`: the
+//!   batching loop; `tables`: the transaction layer ops apply to (`tables/sweep`, the
+//!   collection of expired recordings; `tables/folds`, the end of a transaction's work);
+//!   `publish`: what happens after a commit, or after a failed one.
+//! - `database`: the open file and its write-ahead log, how a commit goes to them; `disk`:
+//!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
+//!   logged tables, the encoded changes, the replay); `recovery`: opening a file, replaying
+//!   its log, checking its schema, and finding what the last run left live;
 //!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
 //!   rows, tombstones and pages of them.
 //! - `offline`: the `tapedeck db` tools; `overlay`: the storage they read a file through,
@@ -25,10 +28,13 @@
 
 mod batch;
 mod database;
+mod disk;
 mod journal;
 mod listing;
 mod live;
 pub mod offline;
+mod ops;
+mod options;
 mod overlay;
 mod pacing;
 mod pipeline;
@@ -44,27 +50,29 @@ mod tables;
 mod tests;
 mod upgrade;
 mod wal;
+mod writes;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
-use std::time::Duration;
 
 use tokio::sync::{Semaphore, mpsc, oneshot};
 use tokio_util::task::TaskTracker;
 
-use crate::clock::{Clock, SystemClock};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
-use crate::id::ConversationId;
-use crate::recorder::Status;
 pub use batch::{Batch, BatchCommitted};
 use database::DbHandle;
 use journal::JournalIndex;
 pub use listing::{Lookup, Page, PageToken};
 pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording, Resumed};
-pub use pipeline::EndIf;
-pub use pipeline::SweepReport;
-use pipeline::{Op, Queued, Writer, WriterSettings};
+pub use ops::{EndIf, SweepReport};
+use ops::{Op, Queued};
+pub use options::{
+    DEFAULT_CACHE_BYTES, DEFAULT_CHECKPOINT_BYTES, DEFAULT_COMMIT_INTERVAL,
+    MAX_CHUNKS_PER_SWEEP_COMMIT, StoreOptions,
+};
+use pipeline::{Writer, WriterSettings};
 pub use recovery::RecoveredLive;
 pub use schema::{Gone, RecordingMeta, Tombstone};
 pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
@@ -78,58 +86,6 @@ const OP_QUEUE_DEPTH: usize = 16 * 1024;
 /// 1 MiB here, 128-136 with 2 MiB, 139-146 with 4 and 151-173 with the count alone, at the same
 /// speed (BENCHMARKS.md, "the queue's room").
 const QUEUE_BYTES: usize = 1024 * 1024;
-/// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
-pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
-
-/// Default size of the write-ahead log that triggers a checkpoint.
-pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
-/// Default memory redb keeps pages of the file in: enough for the pages the commit pipeline
-/// touches (the journal is in memory, not in redb), without letting the process grow by all
-/// it reads (redb's own default is 1 GiB). Catch-up reads beyond it come from the OS page
-/// cache: (c) of the bench replays as fast with 16 MiB as with 64.
-pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
-
-/// Default least time between the starts of commits that hold several ops: under the bench's
-/// live load (10,000 tokens/s from 200 producers) it brings the server's CPU and disk writes
-/// per token under Redis's with `appendfsync always`, for 2-4 ms more median latency (see
-/// BENCHMARKS.md, "commit pacing").
-pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(4);
-
-/// How a [`Store`] behaves.
-#[derive(Clone)]
-pub struct StoreOptions {
-    /// How long a finished recording is kept before the sweeper deletes it (unless it chose
-    /// its own). Default 30 minutes.
-    pub retention: Duration,
-    /// How long a collected recording's tombstone is kept. Default 24 hours.
-    pub tombstone_retention: Duration,
-    /// Source of timestamps and expiry times. Default the system clock.
-    pub clock: Arc<dyn Clock>,
-    /// Size the write-ahead log grows to before a checkpoint empties it; bounds what a restart
-    /// after a crash replays. Default 32 MiB.
-    pub checkpoint_bytes: u64,
-    /// Memory redb keeps pages of the file in (reads beyond it come from the OS page cache).
-    /// Default 16 MiB.
-    pub cache_bytes: usize,
-    /// Group commit: while commits hold several ops each, the next one starts at least this
-    /// long after the last one did, so that each sync carries more. Zero commits as soon as
-    /// the last commit is done. Default 4 ms.
-    pub commit_interval: Duration,
-}
-
-impl Default for StoreOptions {
-    fn default() -> Self {
-        Self {
-            retention: Duration::from_secs(30 * 60),
-            tombstone_retention: Duration::from_secs(24 * 60 * 60),
-            clock: Arc::new(SystemClock),
-            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
-            cache_bytes: DEFAULT_CACHE_BYTES as usize,
-            commit_interval: DEFAULT_COMMIT_INTERVAL,
-        }
-    }
-}
-
 /// A handle on the open database; cheap to clone.
 #[derive(Clone)]
 pub struct Store {
@@ -216,125 +172,6 @@ impl Store {
     /// The clock this store stamps recordings with.
     pub fn clock(&self) -> &Arc<dyn Clock> {
         &self.inner.clock
-    }
-
-    /// Starts a recording of `id`: a new one replacing (and deleting, in the same commit)
-    /// whatever the conversation held before, or the stored one made live again, as `admit`
-    /// decides in queue order; a live recording it replaces is told it was superseded after
-    /// the commit. A new recording is kept for `retention_ms` once finished, when given, and
-    /// gets `stream_row` as its `streams` row in the same commit.
-    /// Returns once the start is committed.
-    ///
-    /// Fails with `admit`'s refusal, `ShuttingDown`, or a storage error.
-    pub async fn start(
-        &self,
-        id: &ConversationId,
-        retention_ms: Option<u64>,
-        stream_row: Option<&StreamRow>,
-        admit: Admit,
-    ) -> Result<()> {
-        let (done, answer) = oneshot::channel();
-        let id = id.clone();
-        let stream_row = stream_row.map(StreamRow::encode).transpose()?;
-        let op = Op::Start {
-            id,
-            retention_ms,
-            stream_row,
-            admit,
-            done,
-        };
-        self.submit(op).await?;
-        answer.await.map_err(|_| Error::ShuttingDown)?
-    }
-
-    /// Hands live recording `live` to a new producer session, once everything queued before
-    /// is committed; returns the session and what is committed before it.
-    ///
-    /// Fails with `ResumePastEnd` when `resume_from` is past what is committed (nothing
-    /// changes then), the recording's end error if it has ended, `ShuttingDown`, or a
-    /// storage error.
-    pub async fn attach(&self, live: Live, resume_from: u64) -> Result<Resumed> {
-        let (done, answer) = oneshot::channel();
-        let op = Op::Attach {
-            live,
-            resume_from,
-            done,
-        };
-        self.submit(op).await?;
-        answer.await.map_err(|_| Error::ShuttingDown)?
-    }
-
-    /// Queues `chunk` for `live` from producer `session`. The receiver resolves after the
-    /// commit that holds it, or with `Fenced` if another session has taken over.
-    ///
-    /// Fails with `ShuttingDown` when the store is closed.
-    pub async fn append(&self, live: Live, session: u64, chunk: Chunk) -> Result<Committed> {
-        let (done, committed) = oneshot::channel();
-        let op = Op::Append {
-            live,
-            session,
-            chunk,
-            done,
-        };
-        self.submit(op).await?;
-        Ok(committed)
-    }
-
-    /// Ends a live recording with `status` once everything queued before is committed.
-    /// Returns `false` if it had already ended (the first end wins).
-    ///
-    /// Fails with `ShuttingDown` when the store is closed, or a storage error.
-    pub async fn end(&self, live: Live, status: Status, message: Option<String>) -> Result<bool> {
-        self.end_if(live, EndIf::Always, status, message).await
-    }
-
-    /// As [`end`](Self::end), only if `only` holds when the end is applied; `false` if not.
-    ///
-    /// Fails as [`end`](Self::end) does.
-    pub async fn end_if(
-        &self,
-        live: Live,
-        only: EndIf,
-        status: Status,
-        message: Option<String>,
-    ) -> Result<bool> {
-        let (done, answer) = oneshot::channel();
-        let op = Op::Finish {
-            live,
-            status,
-            message,
-            only,
-            done,
-        };
-        self.submit(op).await?;
-        answer.await.map_err(|_| Error::ShuttingDown)?
-    }
-
-    /// As [`end_if`](Self::end_if), from a context that cannot wait (a `Drop`). When the
-    /// queue is full, the op is handed to a task the store owns and [`close`](Self::close)
-    /// waits for.
-    pub fn end_in_background(&self, live: Live, only: EndIf, status: Status, message: String) {
-        let (done, _) = oneshot::channel();
-        let op = Op::Finish {
-            live,
-            status,
-            message: Some(message),
-            only,
-            done,
-        };
-        match self.inner.ops.try_send(op.into()) {
-            Ok(()) => {}
-            Err(mpsc::error::TrySendError::Full(op)) => {
-                if let Ok(runtime) = tokio::runtime::Handle::try_current() {
-                    let ops = self.inner.ops.clone();
-                    let send = async move { ops.send(op).await };
-                    runtime.spawn(self.inner.background.track_future(send));
-                }
-            }
-            // The store is closed; the recording stays live in the file and is detached on the
-            // next open.
-            Err(mpsc::error::TrySendError::Closed(_)) => {}
-        }
     }
 
     /// Deletes recordings whose retention has passed, in one commit of at most `max_chunks`

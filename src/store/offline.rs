@@ -20,7 +20,7 @@ use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TO
 use super::segment::Segment;
 use super::wal;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// What a database holds.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

@@ -4,80 +4,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use tokio::sync::oneshot;
-
 use super::journal::JournalDelta;
-use super::live::{Chunk, Live, Resumed};
-use super::pipeline::{Op, SweepReport, Writer};
+use super::live::{Chunk, Live};
+use super::ops::{AfterCommit, Op, Reply, Step, Waiter};
+use super::pipeline::Writer;
 use super::tables::Tables;
 use super::wal::Redo;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
-
-/// Someone waiting for an op's outcome.
-pub(super) enum Waiter {
-    Started(oneshot::Sender<Result<()>>),
-    Attached(oneshot::Sender<Result<Resumed>>),
-    Appended(oneshot::Sender<Result<u64>>),
-    /// An end, a delete or a purge.
-    Flag(oneshot::Sender<Result<bool>>),
-    Swept(oneshot::Sender<Result<SweepReport>>),
-    Checkpointed(oneshot::Sender<Result<()>>),
-}
-
-impl Waiter {
-    /// Answers with `err`.
-    fn fail(self, err: &Arc<Error>) {
-        let err = || Error::Shared(err.clone());
-        match self {
-            Waiter::Started(done) => drop(done.send(Err(err()))),
-            Waiter::Attached(done) => drop(done.send(Err(err()))),
-            Waiter::Appended(done) => drop(done.send(Err(err()))),
-            Waiter::Flag(done) => drop(done.send(Err(err()))),
-            Waiter::Swept(done) => drop(done.send(Err(err()))),
-            Waiter::Checkpointed(done) => drop(done.send(Err(err()))),
-        }
-    }
-}
-
-/// What to do once a transaction is committed (or has failed).
-pub(super) enum Effect {
-    Started(Live, Option<Live>, oneshot::Sender<Result<()>>),
-    Attached(Live, Resumed, oneshot::Sender<Result<Resumed>>),
-    Appended(Live, Chunk, oneshot::Sender<Result<u64>>),
-    Finished(Live, Status, Option<String>, oneshot::Sender<Result<bool>>),
-    /// A delete or a purge, and its answer.
-    Answered(oneshot::Sender<Result<bool>>, bool),
-    Swept(SweepReport, oneshot::Sender<Result<SweepReport>>),
-    /// The op whose storage error aborted the transaction: only its waiter is left.
-    Refused(Waiter),
-}
-
-impl Effect {
-    /// The op's waiter, and the live recordings the op touched.
-    fn split(self) -> (Waiter, Vec<Live>) {
-        match self {
-            Effect::Started(live, replaced, done) => (
-                Waiter::Started(done),
-                std::iter::once(live).chain(replaced).collect(),
-            ),
-            Effect::Attached(live, _, done) => (Waiter::Attached(done), vec![live]),
-            Effect::Appended(live, _, done) => (Waiter::Appended(done), vec![live]),
-            Effect::Finished(live, _, _, done) => (Waiter::Flag(done), vec![live]),
-            Effect::Answered(done, _) => (Waiter::Flag(done), Vec::new()),
-            Effect::Swept(_, done) => (Waiter::Swept(done), Vec::new()),
-            Effect::Refused(waiter) => (waiter, Vec::new()),
-        }
-    }
-}
-
-/// A committed op's answer other than an append's, sent once the batch is published.
-enum Answer {
-    Started(oneshot::Sender<Result<()>>),
-    Attached(oneshot::Sender<Result<Resumed>>, Resumed),
-    Flag(oneshot::Sender<Result<bool>>, bool),
-    Swept(oneshot::Sender<Result<SweepReport>>, SweepReport),
-}
+use crate::status::Status;
 
 /// Identity of a live recording: a superseded one shares its key with its successor.
 fn identity(live: &Live) -> *const () {
@@ -117,49 +51,35 @@ impl PendingChunks {
 }
 
 impl Writer {
-    /// Makes a committed transaction visible: readers first, then the producers' acks. Each
-    /// recording's new chunks are published once for the whole batch, and always before its
-    /// end, so that no reader sees the end before the last chunks.
-    pub(super) fn publish(&self, effects: Vec<Effect>) {
+    /// Makes a committed transaction visible: readers first, then the producers' acks, then
+    /// the other answers. Each recording's new chunks are published once for the whole batch,
+    /// and always before its end, so that no reader sees the end before the last chunks.
+    pub(super) fn publish(&self, after: AfterCommit) {
+        let steps = after.into_steps();
         let mut chunks = PendingChunks::default();
-        let mut appended = Vec::with_capacity(effects.len());
-        let mut answers = Vec::new();
-        for effect in effects {
-            match effect {
-                Effect::Appended(live, chunk, done) => {
-                    appended.push((done, chunk.end()));
+        let mut acks = Vec::with_capacity(steps.len());
+        let mut answers: Vec<Box<dyn Reply>> = Vec::new();
+        for step in steps {
+            match step {
+                Step::Chunk(live, chunk, done) => {
+                    acks.push((done, chunk.end()));
                     chunks.push(live, chunk);
                 }
-                Effect::Started(_, replaced, done) => {
-                    if let Some(old) = replaced {
-                        chunks.flush(&old);
-                        old.publish_end(Status::Superseded, None);
-                    }
-                    answers.push(Answer::Started(done));
-                }
-                Effect::Attached(_, resumed, done) => answers.push(Answer::Attached(done, resumed)),
-                Effect::Finished(live, status, message, done) => {
+                Step::End(live, status, message) => {
                     chunks.flush(&live);
                     live.publish_end(status, message);
-                    answers.push(Answer::Flag(done, true));
                 }
-                Effect::Answered(done, answer) => answers.push(Answer::Flag(done, answer)),
-                Effect::Swept(report, done) => answers.push(Answer::Swept(done, report)),
-                // Only a failed transaction holds one.
-                Effect::Refused(_) => {}
+                Step::Answer(answer) => answers.push(answer),
+                // Only a failed transaction needs them.
+                Step::Touched(_) | Step::Aborted(_) => {}
             }
         }
         chunks.flush_all();
-        for (done, end) in appended {
+        for (done, end) in acks {
             let _ = done.send(Ok(end));
         }
         for answer in answers {
-            match answer {
-                Answer::Started(done) => drop(done.send(Ok(()))),
-                Answer::Attached(done, resumed) => drop(done.send(Ok(resumed))),
-                Answer::Flag(done, answer) => drop(done.send(Ok(answer))),
-                Answer::Swept(done, report) => drop(done.send(Ok(report))),
-            }
+            answer.send();
         }
     }
 
@@ -167,18 +87,29 @@ impl Writer {
     /// ended as `failed`, so that no later commit can leave a gap in it. `unapplied` are the
     /// ops the transaction never reached. As after a commit, the file and the readers learn
     /// the outcome before the waiters do.
-    pub(super) fn fail(&self, effects: Vec<Effect>, unapplied: Vec<Op>, err: Error) {
+    pub(super) fn fail(&self, after: AfterCommit, unapplied: Vec<Op>, err: Error) {
         // What the client reads is decided by the error; the detail was logged with the commit.
         let message = format!("storage failure: {}", err.client_message());
         let err = Arc::new(err);
         let mut failed: Vec<Live> = Vec::new();
-        let mut waiters = Vec::with_capacity(effects.len() + unapplied.len());
-        for effect in effects {
-            let (waiter, touched) = effect.split();
-            waiters.push(waiter);
-            touched.iter().for_each(|live| add_once(&mut failed, live));
+        let steps = after.into_steps();
+        let mut waiters: Vec<Box<dyn Waiter>> = Vec::with_capacity(steps.len() + unapplied.len());
+        for step in steps {
+            match step {
+                Step::Chunk(live, _, done) => {
+                    waiters.push(Box::new(done));
+                    add_once(&mut failed, &live);
+                }
+                Step::End(live, ..) | Step::Touched(live) => add_once(&mut failed, &live),
+                Step::Answer(answer) => waiters.push(answer),
+                Step::Aborted(waiter) => waiters.push(waiter),
+            }
         }
-        for (waiter, live) in unapplied.into_iter().flat_map(Op::into_waiters) {
+        let mut abandoned = Vec::new();
+        unapplied
+            .into_iter()
+            .for_each(|op| op.abandon(&mut abandoned));
+        for (waiter, live) in abandoned {
             waiters.push(waiter);
             // A recording that ended before this batch keeps the status it ended with.
             if let Some(live) = live.filter(|live| !live.is_closed()) {

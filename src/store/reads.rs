@@ -7,7 +7,7 @@ use super::live::Chunk;
 use super::schema::{self, RecordingMeta};
 use super::stored::{self, StoredChunks};
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 impl Store {
     /// The stored meta of conversation `key`'s latest recording. For a live one, the chunk

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// Version of the layout below; older versions are upgraded on open (see `upgrade`), newer
 /// ones refused.

@@ -1,27 +1,26 @@
 //! The transaction layer of the commit pipeline: the open tables of one write transaction,
-//! the `recordings` rows it has read and changed (written back once, at the end), and the
-//! stored form of starting, appending to, ending, deleting and collecting a recording.
+//! the `recordings` rows it has read and changed (written back once, at the end, see
+//! `folds`), and the stored form of starting, appending to, ending, deleting and collecting a
+//! recording (a sweep of many is in `sweep`).
+mod folds;
+mod sweep;
+
 use std::collections::HashMap;
 use std::collections::hash_map::Entry;
 
 use redb::ReadableTable;
 
-use super::database::DbHandle;
 use super::journal::{ChunksTable, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex};
 use super::live::Chunk;
-use super::pipeline::SweepReport;
 use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, RECORDINGS, RecordingMeta, STARTED, TOMBSTONE_EXPIRY,
-    TOMBSTONES, decode_meta, decode_tombstone, encode_meta, encode_tombstone,
+    TOMBSTONES, decode_meta, decode_tombstone, encode_tombstone,
 };
 use super::segment::{self, Segment};
 use super::stream_row::{ForkOf, STREAMS, StreamRow};
 use super::wal::{Logged, Redo, TableId};
 use crate::error::{Error, Result};
-use crate::recorder::Status;
-
-/// Expired recordings looked at by one sweep commit, at most.
-const MAX_DUE_PER_SWEEP: usize = 1024;
+use crate::status::Status;
 
 /// A `recordings` row read within one transaction, and whether it has changed since.
 struct CachedMeta {
@@ -410,53 +409,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(())
     }
 
-    /// Deletes tombstones whose time is up, at most [`MAX_DUE_PER_SWEEP`]; returns how many.
-    fn forget_old_tombstones(&mut self) -> Result<u64> {
-        let due = due_by(&self.tombstone_expiry, self.now)?;
-        for &(at, key) in &due {
-            self.tombstone_expiry
-                .remove((at, key))
-                .map_err(Error::storage)?;
-            self.tombstones.remove(key).map_err(Error::storage)?;
-        }
-        Ok(due.len() as u64)
-    }
-
-    /// Deletes recordings whose expiry time has passed, oldest first, up to `max_chunks` folded
-    /// chunks, leaving tombstones kept for `tombstone_ms`; and forgets old tombstones.
-    pub(super) fn sweep_expired(
-        &mut self,
-        max_chunks: u64,
-        tombstone_ms: u64,
-    ) -> Result<SweepReport> {
-        let mut report = SweepReport::default();
-        let due = due_by(&self.expiry, self.now)?;
-        for (expires, key) in due {
-            if self.pinned(key)? {
-                // Out of the schedule; deleted with its last fork (see `release_fork`).
-                self.expiry.remove((expires, key)).map_err(Error::storage)?;
-                let cached = self.cached(key)?;
-                if let Some(meta) = cached.row.as_mut() {
-                    meta.expires_at_ms = None;
-                    cached.dirty = true;
-                }
-                continue;
-            }
-            let budget = max_chunks.saturating_sub(report.chunks_deleted);
-            let (deleted, gone) = self.purge(key, budget, tombstone_ms)?;
-            report.chunks_deleted += deleted;
-            if !gone {
-                report.more = true;
-                break;
-            }
-            // Gone with its row already, unless the row disagreed with the schedule.
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
-            report.recordings_deleted += 1;
-        }
-        report.tombstones_forgotten = self.forget_old_tombstones()?;
-        Ok(report)
-    }
-
+    /// Whether `key` has chunks in `chunks` (folded ones).
     fn has_chunks(&self, key: u128) -> Result<bool> {
         let mut range = self
             .chunks
@@ -465,69 +418,10 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         Ok(range.next().is_some())
     }
 
-    pub(super) fn flush_metas(&mut self) -> Result<()> {
-        for (&key, cached) in &mut self.metas.rows {
-            if !std::mem::take(&mut cached.dirty) {
-                continue;
-            }
-            match &cached.row {
-                Some(meta) => {
-                    let bytes = encode_meta(meta)?;
-                    self.recordings
-                        .insert(key, bytes.as_slice())
-                        .map_err(Error::storage)?;
-                }
-                None => {
-                    self.recordings.remove(key).map_err(Error::storage)?;
-                }
-            }
-        }
-        Ok(())
-    }
-
     /// `(chunk count, byte length)` of `key` after what this transaction appended to it.
     pub(super) fn appended(&self, key: u128) -> Option<(u64, u64)> {
         self.appended.get(&key).copied()
     }
-
-    /// Folds every recording's unfolded chunks into `chunks`.
-    pub(super) fn fold_everything(&mut self) -> Result<()> {
-        self.delta.fold_everything(&mut self.chunks, self.index)
-    }
-
-    /// Folds the recordings that are due.
-    pub(super) fn fold_due(&mut self) -> Result<()> {
-        self.delta.fold_due(&mut self.chunks, self.index)
-    }
-
-    /// Folds all of `key`'s unfolded chunks (its last run, when it ends).
-    pub(super) fn fold_recording(&mut self, key: u128) -> Result<()> {
-        self.delta
-            .fold(&mut self.chunks, self.index, key, true)
-            .map(drop)
-    }
-
-    /// Finishes the transaction's work before its commit: the rows changed are written, and,
-    /// when the commit is to be a checkpoint (which empties the log), every unfolded chunk is
-    /// folded first. Returns whether it is to be one.
-    pub(super) fn finish(&mut self, db: &DbHandle) -> Result<bool> {
-        let checkpoint = db.checkpoint_due(self.redo.len() as u64);
-        if checkpoint {
-            self.fold_everything()?;
-        }
-        self.flush_metas()?;
-        Ok(checkpoint)
-    }
-}
-
-/// The first [`MAX_DUE_PER_SWEEP`] entries of a `(time, conversation)` schedule due by `now`.
-fn due_by(schedule: &redb::Table<'_, (u64, u128), ()>, now: u64) -> Result<Vec<(u64, u128)>> {
-    schedule
-        .range(..=(now, u128::MAX))
-        .map_err(Error::storage)?
-        .take(MAX_DUE_PER_SWEEP)
-        .map(|entry| entry.map(|(k, _)| k.value()).map_err(Error::storage))
-        .collect()
 }
 
 fn missing_row(key: u128) -> Error {

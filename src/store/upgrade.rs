@@ -9,7 +9,7 @@ use serde::Deserialize;
 use super::schema::{self, CHUNKS, RECORDINGS, RecordingMeta, STARTED};
 use super::segment;
 use crate::error::{Error, Result};
-use crate::recorder::Status;
+use crate::status::Status;
 
 /// The oldest schema version that can be upgraded.
 pub(super) const OLDEST_UPGRADABLE: u64 = 1;

@@ -19,8 +19,8 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
 
     let writer = pipeline_over(&handle, &clock, INTERVAL);
     let (ops, queue) = mpsc::channel(8);
-    let append = |writer: &TapeWriter, index: u64| {
-        let (op, ack) = one_byte_append(writer.tape(), writer.session(), index);
+    let append = |writer: &Producer, index: u64| {
+        let (op, ack) = one_byte_append(writer.recording(), writer.session(), index);
         ops.try_send(op.into()).unwrap();
         ack
     };
@@ -55,7 +55,7 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
 
     ops.try_send(Op::Close.into()).unwrap();
     pipeline.join().unwrap();
-    assert_eq!(stored_chunks(&handle, first.tape().key()), 3);
+    assert_eq!(stored_chunks(&handle, first.recording().key()), 3);
 }
 
 #[tokio::test]
@@ -69,7 +69,12 @@ async fn chunks_larger_than_the_queue_s_room_wait_for_it_and_are_all_committed()
         .await
         .expect("every chunk found room in the queue");
     assert_eq!(end as usize, 2 * big.len() + 2 * half.len());
-    let chunks = all_chunks(&store, writer.tape().key(), writer.tape().generation()).await;
+    let chunks = all_chunks(
+        &store,
+        writer.recording().key(),
+        writer.recording().generation(),
+    )
+    .await;
     assert_eq!(
         chunks.iter().map(|c| c.data.len()).collect::<Vec<_>>(),
         [big.len(), half.len(), half.len(), big.len()]

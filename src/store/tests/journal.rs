@@ -1,8 +1,8 @@
 //! Tests of the journal: a recording reads the same whether its chunks are still in the
 //! journal, already folded into `chunks`, or split between the two; a reader following a
 //! recording through folds misses nothing; big chunks skip the journal; a checkpoint folds
-//! everything and later folds fill the short segment it left; a journal that earlier builds
-//! left in the file is folded on open.
+//! everything and later folds fill the short segment it left. Files of older schemas are in
+//! `upgrades`.
 use std::sync::Arc;
 
 use redb::ReadableTableMetadata;
@@ -10,22 +10,25 @@ use redb::ReadableTableMetadata;
 use super::super::journal::DIRECT_CHUNK_BYTES;
 use super::super::schema;
 use super::super::stored::StoredChunks;
-use super::{TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of};
-use crate::recorder::Status;
+use super::{
+    Producer, TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of,
+};
+use crate::status::Status;
+use crate::store::LiveRecording;
 
 /// Chunks unfolded in the journal, all recordings together.
-fn unfolded(store: &TestStore) -> usize {
+pub(super) fn unfolded(store: &TestStore) -> usize {
     store.inner.journal.chunks()
 }
 
 /// Entries in the journal table of earlier builds' files.
-fn journal_table_entries(store: &TestStore) -> u64 {
+pub(super) fn journal_table_entries(store: &TestStore) -> u64 {
     let txn = store.inner.db.begin_read().unwrap();
     txn.open_table(schema::JOURNAL).unwrap().len().unwrap()
 }
 
 /// Chunks of `key` in `chunks` (folded, or written there directly).
-fn folded_chunks(store: &TestStore, key: u128) -> usize {
+pub(super) fn folded_chunks(store: &TestStore, key: u128) -> usize {
     super::folded_indexes(store, key).len()
 }
 
@@ -43,7 +46,7 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
     let (dir, clock, store) = fresh();
     let mut long = store.start(&id("long")).await.unwrap();
     let mut short = store.start(&id("short")).await.unwrap();
-    let (key, generation) = (long.tape().key(), long.tape().generation());
+    let (key, generation) = (long.recording().key(), long.recording().generation());
     record(&mut short, &["before ", "the "]).await;
     append_tokens(&mut long, 0..LONG - 5).await;
     // Too few for a run of their own: these stay in the journal.
@@ -85,7 +88,7 @@ async fn a_recording_reads_the_same_across_the_fold_and_after_reopening() {
     let meta = store.meta(key).await.unwrap().unwrap();
     assert_eq!((meta.chunk_count, meta.byte_len), (LONG, LONG * 7));
     assert_eq!(
-        texts_of(&all_chunks(&store, short.tape().key(), 1).await),
+        texts_of(&all_chunks(&store, short.recording().key(), 1).await),
         ["before ", "the ", "fold"]
     );
 
@@ -113,7 +116,7 @@ async fn a_reader_following_through_folds_misses_nothing() {
     const TOTAL: u64 = 2 * MANY;
     let (_dir, _clock, store) = fresh();
     let mut writer = store.start(&id("followed")).await.unwrap();
-    let tape = writer.tape().clone();
+    let tape = writer.recording().clone();
     let (key, generation) = (tape.key(), tape.generation());
 
     let reader = {
@@ -159,7 +162,7 @@ async fn big_chunks_skip_the_journal_until_a_small_one_is_in_it() {
     let big = |c: char| c.to_string().repeat(DIRECT_CHUNK_BYTES);
     let texts = [big('a'), big('b'), "small".to_string(), big('c')];
     let mut writer = store.start(&id("big")).await.unwrap();
-    let key = writer.tape().key();
+    let key = writer.recording().key();
     let refs: Vec<&str> = texts.iter().map(String::as_str).collect();
     record(&mut writer, &refs).await;
 
@@ -199,13 +202,13 @@ async fn superseding_and_sweeping_delete_unfolded_chunks() {
     let report = store.sweep_expired(10_000).await.unwrap();
     assert_eq!(report.recordings_deleted, 1);
     assert_eq!(unfolded(&store), 0, "folded before the sweep");
-    assert_eq!(stored_chunks(&store, new.tape().key()), 1);
-    let key = new.tape().key();
+    assert_eq!(stored_chunks(&store, new.recording().key()), 1);
+    let key = new.recording().key();
     assert_eq!(
-        texts_of(&all_chunks(&store, key, new.tape().generation()).await),
+        texts_of(&all_chunks(&store, key, new.recording().generation()).await),
         ["new"]
     );
-    assert!(Arc::ptr_eq(&store.live(key).unwrap(), new.tape()));
+    assert!(Arc::ptr_eq(&store.live(key).unwrap(), new.recording()));
 }
 
 /// The ordering readers rely on: a view of the index taken before a read transaction begins
@@ -215,7 +218,7 @@ async fn superseding_and_sweeping_delete_unfolded_chunks() {
 async fn a_view_taken_before_the_transaction_survives_a_fold() {
     let (_dir, _clock, store) = fresh();
     let mut writer = store.start(&id("viewed")).await.unwrap();
-    let key = writer.tape().key();
+    let key = writer.recording().key();
     record(&mut writer, &["one ", "two ", "three"]).await;
     let meta = store.meta(key).await.unwrap().unwrap();
     let early_txn = store.inner.db.begin_read().unwrap();
@@ -236,71 +239,6 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     assert!(stale.read_from(0, usize::MAX).unwrap().is_empty());
 }
 
-/// A file of schema 1 (no journal; a live recording's row counted its chunks) opens as
-/// the current schema with everything in it, its live recording detached.
-#[tokio::test]
-async fn a_schema_1_file_is_upgraded_in_place() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = crate::clock::ManualClock::new(super::T0);
-    let key = id("old").key();
-    {
-        let db = redb::Database::create(super::db_path(&dir)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut meta = txn.open_table(schema::META).unwrap();
-            meta.insert(schema::SCHEMA_VERSION_KEY, 1).unwrap();
-            let mut chunks = txn.open_table(schema::CHUNKS).unwrap();
-            let mut value = Vec::new();
-            for (index, (offset, text)) in [(0, "left "), (5, "live")].into_iter().enumerate() {
-                let layout = schema::ChunkLayout::Untimed;
-                schema::encode_chunk_into(&mut value, layout, offset, 0, text.as_bytes());
-                chunks
-                    .insert((key, index as u64), value.as_slice())
-                    .unwrap();
-            }
-            let row = super::super::upgrade::RowV2 {
-                original_id: b"old".to_vec(),
-                status: Status::Recording,
-                created_ms: super::T0,
-                updated_ms: super::T0,
-                finished_ms: None,
-                expires_at_ms: None,
-                chunk_count: 2,
-                byte_len: 9,
-                error: None,
-                generation: 1,
-            };
-            let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
-            let row = schema::encode(&row, "a schema-1 row").unwrap();
-            recordings.insert(key, row.as_slice()).unwrap();
-            txn.open_table(schema::EXPIRY).unwrap();
-        }
-        txn.commit().unwrap();
-    }
-    let store = open(&dir, &clock);
-    let meta = store.meta(key).await.unwrap().unwrap();
-    assert_eq!(meta.status, Status::Recording);
-    assert!(
-        !meta.timed_chunks,
-        "its chunks keep the layout they were written in"
-    );
-    assert_eq!((meta.chunk_count, meta.byte_len), (2, 9));
-    assert_eq!(
-        texts_of(&all_chunks(&store, key, 1).await),
-        ["left ", "live"]
-    );
-    store.close().await;
-    let db = redb::Database::open(super::db_path(&dir)).unwrap();
-    let txn = redb::ReadableDatabase::begin_read(&db).unwrap();
-    let meta = txn.open_table(schema::META).unwrap();
-    let version = meta
-        .get(schema::SCHEMA_VERSION_KEY)
-        .unwrap()
-        .unwrap()
-        .value();
-    assert_eq!(version, schema::SCHEMA_VERSION);
-}
-
 /// A checkpoint empties the log, so it folds every unfolded chunk first, however few: the
 /// recording's last segment is then short. The next fold packs chunks into it until it is
 /// full, rather than leave it short.
@@ -308,7 +246,7 @@ async fn a_schema_1_file_is_upgraded_in_place() {
 async fn a_checkpoint_folds_everything_and_later_folds_fill_its_short_segment() {
     let (_dir, _clock, store) = fresh();
     let mut slow = store.start(&id("slow")).await.unwrap();
-    let (key, generation) = (slow.tape().key(), slow.tape().generation());
+    let (key, generation) = (slow.recording().key(), slow.recording().generation());
     record(&mut slow, &["a ", "few "]).await;
     assert_eq!(unfolded(&store), 2);
     store.checkpoint().await.unwrap();
@@ -346,7 +284,7 @@ async fn a_checkpoint_folds_everything_and_later_folds_fill_its_short_segment() 
 async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     let (dir, _clock, store) = fresh();
     let mut long = store.start(&id("long")).await.unwrap();
-    let (key, generation) = (long.tape().key(), long.tape().generation());
+    let (key, generation) = (long.recording().key(), long.recording().generation());
     record(&mut long, &["a ", "few "]).await;
     store.checkpoint().await.unwrap();
     append_tokens(&mut long, 0..3_000).await;
@@ -354,7 +292,7 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     record(&mut old, &["old ", "text"]).await;
     let mut new = store.start(&id("replaced")).await.unwrap();
     record(&mut new, &["new"]).await;
-    let replaced = new.tape().key();
+    let replaced = new.recording().key();
     let folded_before = segment_sizes(&store, key);
     assert!(unfolded(&store) > 0);
 
@@ -405,7 +343,7 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
 async fn after_the_file_is_reopened_the_replayed_chunks_are_not_folded_again() {
     let (dir, _clock, store) = fresh();
     let mut long = store.start(&id("long")).await.unwrap();
-    let (key, generation) = (long.tape().key(), long.tape().generation());
+    let (key, generation) = (long.recording().key(), long.recording().generation());
     record(&mut long, &["a ", "few "]).await;
     store.checkpoint().await.unwrap();
     let db = super::db_path(&dir);
@@ -427,7 +365,7 @@ async fn after_the_file_is_reopened_the_replayed_chunks_are_not_folded_again() {
 }
 
 /// Appends [`token`]s `range` and waits until they are all committed.
-async fn append_tokens(writer: &mut crate::recorder::TapeWriter, range: std::ops::Range<u64>) {
+async fn append_tokens(writer: &mut Producer, range: std::ops::Range<u64>) {
     let mut last = None;
     for i in range {
         last = Some(writer.append(&token(i)).await.unwrap());
@@ -449,79 +387,4 @@ fn segment_sizes(store: &TestStore, key: u128) -> Vec<usize> {
                 .len()
         })
         .collect()
-}
-
-/// A file of schema 3 (one chunk per row) with a log a server of that schema left at a crash,
-/// folds included: the log is replayed as it was written, then the file is packed into
-/// segments and its journal folded, and the recording reads whole.
-#[tokio::test]
-async fn a_schema_3_file_and_its_log_are_replayed_then_packed() {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = crate::clock::ManualClock::new(super::T0);
-    let key = id("crashed").key();
-    let layout = schema::ChunkLayout::Timed;
-    let texts = ["zero ", "one ", "two ", "three"];
-    let mut offsets = Vec::new();
-    let mut offset = 0;
-    for text in texts {
-        offsets.push(offset);
-        offset += text.len() as u64;
-    }
-    {
-        let db = redb::Database::create(super::db_path(&dir)).unwrap();
-        let txn = db.begin_write().unwrap();
-        {
-            let mut meta = txn.open_table(schema::META).unwrap();
-            meta.insert(schema::SCHEMA_VERSION_KEY, 3).unwrap();
-            let mut meta_row = schema::RecordingMeta::started(&id("crashed"), 1, super::T0);
-            meta_row.timed_chunks = true;
-            let mut recordings = txn.open_table(schema::RECORDINGS).unwrap();
-            let row = schema::encode_meta(&meta_row).unwrap();
-            recordings.insert(key, row.as_slice()).unwrap();
-            let mut started = txn.open_table(schema::STARTED).unwrap();
-            started.insert((super::T0, key), ()).unwrap();
-            // Chunk 0 folded as a row of its own; chunks 1 to 3 in the journal.
-            let mut value = Vec::new();
-            let mut chunks = txn.open_table(schema::CHUNKS).unwrap();
-            schema::encode_chunk_into(&mut value, layout, 0, super::T0, texts[0].as_bytes());
-            chunks.insert((key, 0), value.as_slice()).unwrap();
-            let mut journal = txn.open_table(schema::JOURNAL).unwrap();
-            for index in 1..4 {
-                let chunk = (offsets[index], super::T0, texts[index].as_bytes());
-                schema::encode_journal_into(&mut value, key, index as u64, layout, chunk);
-                journal.insert(index as u64, value.as_slice()).unwrap();
-            }
-        }
-        txn.commit().unwrap();
-    }
-    // The crashed server's last commit: journal entry 1 folded into a row of its own, then
-    // the journal's dead prefix deleted, so that chunk 1 is only where the fold put it.
-    use super::super::wal::{self, Redo, TableId};
-    let mut commit = vec![4u8];
-    commit.extend_from_slice(&1u64.to_le_bytes());
-    let redo = Redo::default();
-    let end = 2u64.to_le_bytes();
-    let (start, end) = (
-        std::ops::Bound::Unbounded,
-        std::ops::Bound::Excluded(&end[..]),
-    );
-    redo.remove_range(TableId::Journal, start, end);
-    commit.extend_from_slice(&redo.take());
-    let wal_path = wal::path_of(&super::db_path(&dir));
-    let mut log = wal::Wal::open_empty(&wal_path, 0).unwrap();
-    log.append(&commit).unwrap();
-    drop(log);
-
-    let store = open(&dir, &clock);
-    assert_eq!(
-        texts_of(&all_chunks(&store, key, 1).await),
-        texts,
-        "every chunk, once"
-    );
-    assert_eq!(journal_table_entries(&store), 0);
-    // Chunks 0 and 1 (rows) and 2 and 3 (the journal), packed into a segment each.
-    let txn = store.inner.db.begin_read().unwrap();
-    let segments = txn.open_table(schema::CHUNKS).unwrap();
-    assert_eq!(segments.len().unwrap(), 2);
-    assert_eq!(folded_chunks(&store, key), 4);
 }

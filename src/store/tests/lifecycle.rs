@@ -5,7 +5,7 @@ use super::*;
 async fn append_and_read_round_trip_multibyte_utf8() {
     let (_dir, _clock, store) = fresh();
     let mut writer = store.start(&id("round-trip")).await.unwrap();
-    let tape = writer.tape().clone();
+    let tape = writer.recording().clone();
     let (key, generation) = (tape.key(), tape.generation());
 
     let mut acks = Vec::new();
@@ -35,7 +35,7 @@ async fn append_and_read_round_trip_multibyte_utf8() {
         assert_eq!(chunk.offset, offset);
         offset = chunk.end();
     }
-    assert_eq!(tape.tail_from(0).unwrap(), chunks);
+    assert_eq!(tape.published(), chunks);
 
     // A bounded read returns whole chunks within the budget, and at least one.
     let crab = store.read_chunks(key, generation, 3, 1).await.unwrap();
@@ -77,11 +77,11 @@ async fn append_and_read_round_trip_multibyte_utf8() {
 async fn reopen_after_clean_close_keeps_every_recording() {
     let (dir, clock, store) = fresh();
     let mut finished = store.start(&id("finished")).await.unwrap();
-    let finished_key = finished.tape().key();
+    let finished_key = finished.recording().key();
     record(&mut finished, &MULTIBYTE).await;
     finished.finish(Status::Completed, None).await.unwrap();
     let mut live = store.start(&id("live")).await.unwrap();
-    let live_key = live.tape().key();
+    let live_key = live.recording().key();
     record(&mut live, &["still ", "going"]).await;
     let finished_meta = store.meta(finished_key).await.unwrap().unwrap();
 
@@ -121,7 +121,7 @@ async fn reopen_after_clean_close_keeps_every_recording() {
 
     // The reopened store takes new work, numbering the conversation's recordings on.
     let again = store.start(&id("finished")).await.unwrap();
-    assert_eq!(again.tape().generation(), 2);
+    assert_eq!(again.recording().generation(), 2);
     assert_eq!(stored_chunks(&store, finished_key), 0);
 }
 
@@ -231,7 +231,7 @@ async fn reopen_after_sigkill_keeps_acked_chunks_and_detaches_live_recordings() 
             .unwrap()
     );
     clock.advance(ms(RETENTION) + 1);
-    let report = sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
+    let report = store.collect_expired().await.unwrap();
     assert_eq!(report.recordings_deleted, 2);
     assert!(store.meta(key).await.unwrap().is_none());
     assert_eq!(stored_chunks(&store, key), 0);

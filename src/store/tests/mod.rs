@@ -1,12 +1,16 @@
-//! Store tests against real redb files in temporary directories, with the recorder's live
-//! recordings over the store as the server runs them: round trips, reopening after a clean close
-//! and after a SIGKILL, the sweeper, supersede, limits and refusals, and the journal.
+//! Store tests against real redb files in temporary directories, with a stand-in for the
+//! recorder's live recordings (`stand_in`): round trips, reopening after a clean close and
+//! after a SIGKILL, collecting expired recordings, supersede, limits and refusals, and the
+//! journal.
 
 mod group_commit;
 mod journal;
 mod lifecycle;
+mod over_the_recorder;
 mod refusals;
+mod stand_in;
 mod sweeping;
+mod upgrades;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -16,22 +20,23 @@ use std::time::Duration;
 use redb::ReadableTable;
 use tempfile::TempDir;
 use tokio::sync::{mpsc, oneshot};
-use tokio_util::sync::CancellationToken;
 
-use super::pipeline::{Op, Writer, WriterSettings};
+use super::ops::Op;
+use super::pipeline::{Writer, WriterSettings};
 use super::schema::{self, SCHEMA_VERSION};
 use super::{Chunk, Committed, Store, StoreOptions, SweepReport};
 use crate::clock::{Clock, ManualClock};
 use crate::error::Error;
 use crate::id::ConversationId;
-use crate::recorder::{Progress, Recordings, Status, Tape, TapeWriter, sweeper};
+use crate::status::Status;
+use stand_in::{Producer, Progress, Recording, Recordings};
+
+use super::live::LiveRecording;
 
 /// Where every test clock starts, in ms since the epoch.
 pub(super) const T0: u64 = 1_700_000_000_000;
 const RETENTION: Duration = Duration::from_secs(10 * 60);
 const TOMBSTONE_RETENTION: Duration = Duration::from_secs(60 * 60);
-/// Long enough that no test sees a grace period run out unless it moves time on.
-const GRACE: Duration = Duration::from_secs(60 * 60);
 const IDLE: Duration = Duration::from_secs(60 * 60);
 /// Longest any single event may take before a test gives up.
 const WAIT: Duration = Duration::from_secs(20);
@@ -69,7 +74,7 @@ pub(super) fn pipeline_over(
 /// An append of the one-byte chunk `x` to `tape` at `index` (and offset `index`) from producer
 /// `session`, with the receiver of its answer.
 pub(super) fn one_byte_append(
-    tape: &Arc<Tape>,
+    tape: &Arc<Recording>,
     session: u64,
     index: u64,
 ) -> (Op, oneshot::Receiver<crate::Result<u64>>) {
@@ -105,7 +110,7 @@ pub(super) fn options(clock: &ManualClock) -> StoreOptions {
     }
 }
 
-/// The store under test, with the recorder's live recordings over it: starts, ends and live
+/// The store under test, with the stand-in's live recordings over it: starts, ends and live
 /// lookups go through them, everything else is the store's own.
 #[derive(Clone, Debug)]
 pub(super) struct TestStore {
@@ -122,39 +127,30 @@ impl std::ops::Deref for TestStore {
 
 impl TestStore {
     pub(super) fn new(store: Store, max_live: usize) -> Self {
-        let policy = crate::recorder::LivePolicy {
-            max_live,
-            grace: GRACE,
-            on_conflict: crate::recorder::OnConflict::Supersede,
-        };
         Self {
-            recordings: Recordings::new(store, policy),
+            recordings: Recordings::new(store, max_live),
         }
     }
 
-    pub(super) fn recordings(&self) -> &Recordings {
-        &self.recordings
-    }
-
-    pub(super) async fn start(&self, id: &ConversationId) -> crate::Result<TapeWriter> {
-        self.recordings.start(id, None).await
+    pub(super) async fn start(&self, id: &ConversationId) -> crate::Result<Producer> {
+        self.recordings.start(id).await
     }
 
     pub(super) async fn end(
         &self,
-        tape: &Arc<Tape>,
+        tape: &Arc<Recording>,
         status: Status,
         message: Option<String>,
     ) -> crate::Result<bool> {
         self.recordings.end(tape, status, message).await
     }
 
-    pub(super) fn live(&self, key: u128) -> Option<Arc<Tape>> {
+    pub(super) fn live(&self, key: u128) -> Option<Arc<Recording>> {
         self.recordings.live(key)
     }
 
-    pub(super) fn live_tapes(&self) -> Vec<Arc<Tape>> {
-        self.recordings.live_tapes()
+    pub(super) fn live_recordings(&self) -> Vec<Arc<Recording>> {
+        self.recordings.live_recordings()
     }
 
     pub(super) async fn close(self) {
@@ -194,7 +190,7 @@ pub(super) async fn acked(committed: Committed) -> crate::Result<u64> {
 }
 
 /// Appends every text and waits for all of them to be committed; returns the committed length.
-pub(super) async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
+pub(super) async fn record(writer: &mut Producer, texts: &[&str]) -> u64 {
     let mut last = None;
     for text in texts {
         last = Some(writer.append(text).await.unwrap());
@@ -202,7 +198,7 @@ pub(super) async fn record(writer: &mut TapeWriter, texts: &[&str]) -> u64 {
     match last {
         // Commits are in order: the last ack covers every earlier chunk.
         Some(committed) => acked(committed).await.unwrap(),
-        None => writer.tape().progress().bytes,
+        None => writer.recording().progress().bytes,
     }
 }
 

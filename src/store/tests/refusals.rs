@@ -7,7 +7,7 @@ async fn supersede_leaves_no_old_chunk_and_ends_the_old_tape() {
     let conversation = id("twice");
     let key = conversation.key();
     let mut old = store.start(&conversation).await.unwrap();
-    let old_tape = old.tape().clone();
+    let old_tape = old.recording().clone();
     let old_texts: Vec<String> = (0..50).map(|i| format!("old{i} ")).collect();
     let old_refs: Vec<&str> = old_texts.iter().map(String::as_str).collect();
     record(&mut old, &old_refs).await;
@@ -18,13 +18,13 @@ async fn supersede_leaves_no_old_chunk_and_ends_the_old_tape() {
     assert_eq!(stored_chunks(&store, key), 0);
     assert_eq!(old_tape.progress().status, Status::Superseded);
     assert!(old_progress.has_changed().unwrap());
-    assert_eq!(new.tape().generation(), old_tape.generation() + 1);
-    assert!(Arc::ptr_eq(&store.live(key).unwrap(), new.tape()));
+    assert_eq!(new.recording().generation(), old_tape.generation() + 1);
+    assert!(Arc::ptr_eq(&store.live(key).unwrap(), new.recording()));
 
     record(&mut new, &["new ", "text"]).await;
     assert_eq!(stored_chunks(&store, key), 2);
     assert_eq!(
-        texts_of(&all_chunks(&store, key, new.tape().generation()).await),
+        texts_of(&all_chunks(&store, key, new.recording().generation()).await),
         ["new ", "text"]
     );
     assert!(matches!(
@@ -44,7 +44,7 @@ async fn supersede_leaves_no_old_chunk_and_ends_the_old_tape() {
     // The old producer's own finish cannot end the new recording.
     let progress = old.finish(Status::Completed, None).await.unwrap();
     assert_eq!(progress.status, Status::Superseded);
-    assert_eq!(new.tape().progress().status, Status::Recording);
+    assert_eq!(new.recording().progress().status, Status::Recording);
 
     // Superseding a finished recording drops its place in the GC schedule too.
     new.finish(Status::Completed, None).await.unwrap();
@@ -52,7 +52,7 @@ async fn supersede_leaves_no_old_chunk_and_ends_the_old_tape() {
     let third = store.start(&conversation).await.unwrap();
     assert_eq!(stored_chunks(&store, key), 0);
     assert_eq!(expiry_entries(&store, key), 0);
-    assert_eq!(third.tape().generation(), 3);
+    assert_eq!(third.recording().generation(), 3);
 }
 
 #[tokio::test]
@@ -112,9 +112,9 @@ async fn live_limit_refuses_new_recordings() {
     assert!(store.meta(id("c").key()).await.unwrap().is_none());
     // Replacing a live recording does not add one.
     let a = store.start(&id("a")).await.unwrap();
-    assert_eq!(old_a.tape().progress().status, Status::Superseded);
+    assert_eq!(old_a.recording().progress().status, Status::Superseded);
     drop(old_a);
-    assert_eq!(store.live_tapes().len(), 2);
+    assert_eq!(store.live_recordings().len(), 2);
     // Ending one frees its place.
     a.finish(Status::Completed, None).await.unwrap();
     store.start(&id("c")).await.unwrap();
@@ -124,7 +124,7 @@ async fn live_limit_refuses_new_recordings() {
 async fn ended_tape_refuses_appends() {
     let (_dir, _clock, store) = fresh();
     let mut writer = store.start(&id("cancelled")).await.unwrap();
-    let tape = writer.tape().clone();
+    let tape = writer.recording().clone();
     record(&mut writer, &["before"]).await;
     assert!(store.end(&tape, Status::Cancelled, None).await.unwrap());
     // The first end wins.
@@ -140,7 +140,7 @@ async fn ended_tape_refuses_appends() {
 async fn failed_tape_refuses_appends() {
     let (_dir, _clock, store) = fresh();
     let mut writer = store.start(&id("doomed")).await.unwrap();
-    let tape = writer.tape().clone();
+    let tape = writer.recording().clone();
     record(&mut writer, &["fine"]).await;
     // A row that no longer decodes makes the next commit touching it (its end) fail.
     corrupt_meta(&store, tape.key());
@@ -162,23 +162,23 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
     let broken = store.start(&id("broken")).await.unwrap();
     let bystander = store.start(&id("bystander")).await.unwrap();
     store.close().await;
-    corrupt_meta(&handle, broken.tape().key());
+    corrupt_meta(&handle, broken.recording().key());
 
     // Queue everything before the writer runs, so that it shares one transaction: an append
     // applied before the failing end, the end, and an append after it.
     let writer = pipeline_over(&handle, &clock, Duration::ZERO);
     let (ops, queue) = mpsc::channel(8);
     let mut acks = Vec::new();
-    let append = |tape: &Arc<Tape>| {
+    let append = |tape: &Arc<Recording>| {
         let (op, ack) = one_byte_append(tape, 1, 0);
         ops.try_send(op.into()).unwrap();
         ack
     };
-    acks.push(append(broken.tape()));
+    acks.push(append(broken.recording()));
     let (done, ended) = oneshot::channel();
     ops.try_send(
         Op::Finish {
-            live: broken.tape().clone(),
+            live: broken.recording().clone(),
             status: Status::Completed,
             message: None,
             only: crate::store::EndIf::Always,
@@ -187,7 +187,7 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
         .into(),
     )
     .unwrap();
-    acks.push(append(bystander.tape()));
+    acks.push(append(bystander.recording()));
     ops.try_send(Op::Close.into()).unwrap();
     std::thread::spawn(move || writer.run(queue))
         .join()
@@ -197,11 +197,11 @@ async fn failed_commit_fails_every_op_queued_after_the_failure() {
         assert!(matches!(ack.await, Ok(Err(_))), "every producer hears");
     }
     assert!(matches!(ended.await, Ok(Err(_))));
-    assert_eq!(broken.tape().progress().status, Status::Failed);
-    assert_eq!(stored_chunks(&handle, broken.tape().key()), 0);
-    assert_eq!(bystander.tape().progress().status, Status::Failed);
-    assert!(handle.live(bystander.tape().key()).is_none());
-    assert_eq!(stored_chunks(&handle, bystander.tape().key()), 0);
+    assert_eq!(broken.recording().progress().status, Status::Failed);
+    assert_eq!(stored_chunks(&handle, broken.recording().key()), 0);
+    assert_eq!(bystander.recording().progress().status, Status::Failed);
+    assert!(handle.live(bystander.recording().key()).is_none());
+    assert_eq!(stored_chunks(&handle, bystander.recording().key()), 0);
 }
 
 /// An end that loses to an earlier end in the same batch is answered only once the winner is
@@ -212,7 +212,7 @@ async fn an_end_that_lost_is_answered_after_the_winner_is_published() {
     let (_dir, clock, store) = fresh();
     let handle = store.clone();
     let writer = store.start(&id("raced")).await.unwrap();
-    let tape = writer.tape().clone();
+    let tape = writer.recording().clone();
     store.close().await;
     let pipeline = pipeline_over(&handle, &clock, Duration::ZERO);
     let (ops, queue) = mpsc::channel(8);

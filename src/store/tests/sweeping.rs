@@ -1,4 +1,4 @@
-//! The sweeper: expired and idle recordings, bounded deletes, the periodic task, file size.
+//! Collecting expired recordings: exactly the expired ones, bounded deletes, file size.
 use super::*;
 
 #[tokio::test]
@@ -24,7 +24,7 @@ async fn sweeper_deletes_exactly_the_expired_recordings() {
     recent.finish(Status::Completed, None).await.unwrap();
 
     clock.advance(ms(RETENTION) / 2 + 1);
-    let report = sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
+    let report = store.collect_expired().await.unwrap();
     assert_eq!(
         report,
         SweepReport {
@@ -46,16 +46,16 @@ async fn sweeper_deletes_exactly_the_expired_recordings() {
     let recent_key = id("recent").key();
     assert_eq!(texts_of(&all_chunks(&store, recent_key, 1).await), ["new"]);
     assert_eq!(expiry_entries(&store, recent_key), 1);
-    assert_eq!(live.tape().progress().status, Status::Recording);
+    assert_eq!(live.recording().progress().status, Status::Recording);
     assert_eq!(
-        texts_of(&all_chunks(&store, live.tape().key(), 1).await),
+        texts_of(&all_chunks(&store, live.recording().key(), 1).await),
         ["still", "here"]
     );
     // A live recording keeps taking chunks after the sweep.
     assert_eq!(record(&mut live, &["!"]).await, 10);
 
     // Nothing more is due: the next sweep is a no-op.
-    let again = sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
+    let again = store.collect_expired().await.unwrap();
     assert_eq!(again, SweepReport::default());
 }
 
@@ -65,7 +65,7 @@ async fn big_expired_recording_is_deleted_over_bounded_commits() {
     const BUDGET: u64 = 10_000;
     let (_dir, clock, store) = fresh();
     let mut writer = store.start(&id("big")).await.unwrap();
-    let key = writer.tape().key();
+    let key = writer.recording().key();
     let mut last = None;
     for i in 0..CHUNKS {
         last = Some(writer.append(&format!("{i:07} ")).await.unwrap());
@@ -120,70 +120,6 @@ async fn big_expired_recording_is_deleted_over_bounded_commits() {
 }
 
 #[tokio::test]
-async fn idle_recordings_are_interrupted() {
-    let (_dir, clock, store) = fresh();
-    let mut idle = store.start(&id("idle")).await.unwrap();
-    record(&mut idle, &["said ", "little"]).await;
-    let mut busy = store.start(&id("busy")).await.unwrap();
-    clock.advance(ms(IDLE) / 2);
-    record(&mut busy, &["talking"]).await;
-    clock.advance(ms(IDLE) / 2);
-
-    sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
-    let progress = idle.tape().progress();
-    assert_eq!(progress.status, Status::Interrupted);
-    assert_eq!(progress.chunks, 2);
-    assert!(idle.tape().end_message().unwrap().contains("idle"));
-    let meta = store.meta(idle.tape().key()).await.unwrap().unwrap();
-    assert_eq!(meta.status, Status::Interrupted);
-    assert_eq!(meta.expires_at_ms, Some(T0 + ms(IDLE) + ms(RETENTION)));
-    assert!(store.live(idle.tape().key()).is_none());
-    // Its producer is refused from now on.
-    let late = idle.append("more").await.unwrap();
-    assert!(matches!(acked(late).await, Err(Error::RecordingEnded)));
-
-    assert_eq!(busy.tape().progress().status, Status::Recording);
-    assert!(store.live(busy.tape().key()).is_some());
-}
-
-#[tokio::test]
-async fn periodic_sweeper_runs_without_being_called() {
-    let (_dir, clock, store) = fresh();
-    let shutdown = CancellationToken::new();
-    let task = tokio::spawn(sweeper::run(
-        store.recordings().clone(),
-        Duration::from_millis(10),
-        IDLE,
-        shutdown.clone(),
-    ));
-    // Each round needs a later tick than the last: the task keeps running on its own.
-    let mut keys = Vec::new();
-    for round in 0..3 {
-        let writer = store.start(&id(&format!("idle-{round}"))).await.unwrap();
-        keys.push(writer.tape().key());
-        let mut progress = writer.tape().subscribe();
-        // Round 1 also lets round 0's retention pass.
-        let extra = if round == 1 { ms(RETENTION) } else { 0 };
-        clock.advance(ms(IDLE) + extra + 1);
-        let ended = tokio::time::timeout(WAIT, progress.wait_for(|p| !p.status.is_live()))
-            .await
-            .expect("the sweeper ended the idle recording in time")
-            .unwrap()
-            .status;
-        assert_eq!(ended, Status::Interrupted, "round {round}");
-    }
-    // The tick that ended round 1 then collected round 0; round 2 came from a later tick.
-    assert!(store.meta(keys[0]).await.unwrap().is_none());
-    assert_eq!(stored_chunks(&store, keys[0]), 0);
-
-    shutdown.cancel();
-    tokio::time::timeout(WAIT, task)
-        .await
-        .expect("the sweeper stops on shutdown")
-        .unwrap();
-}
-
-#[tokio::test]
 async fn file_size_levels_off_when_recordings_are_created_and_collected() {
     const ROUNDS: usize = 40;
     const RECORDINGS: usize = 20;
@@ -216,7 +152,7 @@ async fn file_size_levels_off_when_recordings_are_created_and_collected() {
         .await
         .unwrap();
         clock.advance(ms(RETENTION) + 1);
-        let report = sweeper::sweep_once(store.recordings(), IDLE).await.unwrap();
+        let report = store.collect_expired().await.unwrap();
         assert_eq!(report.recordings_deleted, RECORDINGS as u64);
         assert_eq!(report.chunks_deleted, (RECORDINGS * CHUNKS) as u64);
         sizes.push(std::fs::metadata(db_path(&dir)).unwrap().len());

@@ -1,0 +1,198 @@
+//! What keeps the store going when the disk fails under it: after an I/O error redb refuses
+//! every further operation until the file is opened again, so the commit pipeline reopens it
+//! (replaying the log); and a reserve file keeps room to end recordings and collect old ones
+//! once the disk is full, while recordings that would grow the file are refused.
+use std::io::Write;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use redb::Database;
+
+use super::database::DbHandle;
+use crate::error::{Error, Result};
+
+/// Disk space set aside next to the database, given back when the disk fills up.
+const RESERVE_BYTES: usize = 4 * 1024 * 1024;
+/// How often, at most, a full store checks whether the disk has room again.
+const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Whether the disk ran full, and when the store last looked for room.
+pub(super) struct Full {
+    pub(super) since: Option<Instant>,
+    pub(super) last_try: Option<Instant>,
+}
+
+impl DbHandle {
+    /// Called after a commit failed with `err`: on a full disk the reserve is given back and
+    /// the store refuses to grow until there is room again; after an I/O error that left redb
+    /// refusing to go on, the file is reopened (at its last checkpoint, the log replayed).
+    pub(crate) fn recover(&self, err: &Error) {
+        let disk_full = matches!(err.root(), Error::DiskFull { .. });
+        if disk_full {
+            let mut full = self.lock_full();
+            if full.since.is_none() {
+                tracing::error!(
+                    "the disk is full; new recordings are refused until space is freed"
+                );
+                full.since = Some(Instant::now());
+            }
+        }
+        if !disk_full && !matches!(err.root(), Error::Storage(_)) {
+            return;
+        }
+        if let Err(err) = self.reopen(disk_full) {
+            tracing::error!(error = %err, "could not reopen the database; retrying with the next commit");
+        }
+    }
+
+    /// `Some(DiskFull)` while the disk is full: recordings must not grow. Now and then looks
+    /// whether there is room again (the reserve can be set aside anew).
+    pub(crate) fn full_error(&self) -> Option<Error> {
+        let mut full = self.lock_full();
+        let since = full.since?;
+        if full
+            .last_try
+            .is_some_and(|at| at.elapsed() < RETRY_INTERVAL)
+        {
+            return Some(full_error());
+        }
+        full.last_try = Some(Instant::now());
+        drop(full);
+        match self.restore_reserve(true) {
+            Ok(()) => {
+                tracing::info!(
+                    full_for = ?since.elapsed(),
+                    "the disk has room again; new recordings are accepted"
+                );
+                self.lock_full().since = None;
+                None
+            }
+            Err(_) => Some(full_error()),
+        }
+    }
+
+    /// Called after a sweep commit that collected expired recordings. When the disk is full, the
+    /// space they held inside the file is handed back to the filesystem (redb does not shrink
+    /// the file by itself), then the store looks for room at once.
+    pub(crate) fn collected(&self) {
+        if self.lock_full().since.is_none() {
+            return;
+        }
+        // Compaction commits durably by itself: the log must hold nothing it does not. (No
+        // chunk is unfolded: while the disk is full every commit is a checkpoint.)
+        if let Err(err) = self.checkpoint() {
+            tracing::warn!(error = %err, "could not checkpoint before compacting the database");
+            return;
+        }
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let before = size();
+        if let Some(db) = db.as_mut() {
+            match db.compact() {
+                Ok(_) => tracing::info!(
+                    before,
+                    after = size(),
+                    "compacted the database to give space back to the disk"
+                ),
+                // It may need room it does not have; the next sweep tries again.
+                Err(err) => tracing::warn!(error = %err, "could not compact the database"),
+            }
+        }
+        drop(db);
+        self.lock_full().last_try = None;
+    }
+
+    /// Closes and reopens the file if redb refuses to go on (replaying the log over its last
+    /// checkpoint); with `release_reserve`, the reserve is deleted first so that the replay and
+    /// the commits that follow have room.
+    pub(super) fn reopen(&self, release_reserve: bool) -> Result<()> {
+        if release_reserve
+            && let Err(err) = std::fs::remove_file(&self.reserve)
+            && err.kind() != std::io::ErrorKind::NotFound
+        {
+            tracing::warn!(error = %err, "could not release the disk reserve");
+        }
+        let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
+        // A failed write to the log leaves redb as it was (its transaction was dropped): it
+        // stays open, with the commits it holds since its checkpoint, which a reopen would
+        // have to write again on a disk that may have no room.
+        if let Some(open) = db.as_ref()
+            && !latched(open)
+        {
+            return Ok(());
+        }
+        // Readers are shut out by the lock; the file is free once this handle is dropped.
+        drop(db.take());
+        // redb lost the commits made since its checkpoint; the log gives them back, and its
+        // unfolded chunks are folded into the file.
+        let (reopened, last_lsn) = super::recovery::reopen(&self.path, self.cache_bytes)?;
+        *db = Some(reopened);
+        self.reopened
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if let Err(err) = self.lock_wal().reset(last_lsn) {
+            tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");
+        }
+        tracing::warn!(path = %self.path.display(), "database reopened after an I/O error");
+        Ok(())
+    }
+
+    /// Writes the reserve file in full (or leaves none). With `headroom`, succeeds only if
+    /// there is room for as much again besides, so that leaving the full state does not fill
+    /// the disk at once.
+    pub(super) fn restore_reserve(&self, headroom: bool) -> std::io::Result<()> {
+        let missing =
+            !std::fs::metadata(&self.reserve).is_ok_and(|m| m.len() >= RESERVE_BYTES as u64);
+        if headroom {
+            // Looked for first, so that a failed look leaves the room to the commits.
+            let probe = self.reserve.with_extension("reserve.probe");
+            let needed = if missing {
+                2 * RESERVE_BYTES
+            } else {
+                RESERVE_BYTES
+            };
+            let room = fill(&probe, needed, false);
+            let _ = std::fs::remove_file(&probe);
+            room?;
+        }
+        if missing {
+            let partial = self.reserve.with_extension("reserve.tmp");
+            let written = fill(&partial, RESERVE_BYTES, true)
+                .and_then(|()| std::fs::rename(&partial, &self.reserve));
+            if written.is_err() {
+                let _ = std::fs::remove_file(&partial);
+            }
+            written?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes `bytes` of real bytes (not a sparse length: the space must be taken now) to a new
+/// file at `path`.
+fn fill(path: &Path, bytes: usize, sync: bool) -> std::io::Result<()> {
+    let mut file = std::fs::File::create(path)?;
+    let block = vec![0xA5u8; 64 * 1024];
+    for _ in 0..bytes.div_ceil(block.len()) {
+        file.write_all(&block)?;
+    }
+    if sync {
+        file.sync_all()?;
+    }
+    Ok(())
+}
+
+/// Whether redb refuses to go on after an I/O error until the file is reopened. A write
+/// transaction cannot be live here: only the caller, the commit pipeline, begins them.
+fn latched(db: &Database) -> bool {
+    match db.begin_write() {
+        Ok(txn) => {
+            let _ = txn.abort();
+            false
+        }
+        Err(_) => true,
+    }
+}
+
+fn full_error() -> Error {
+    Error::StoreFull
+}

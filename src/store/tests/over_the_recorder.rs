@@ -1,0 +1,108 @@
+//! The recorder's sweeper over a real store: idle recordings interrupted, the periodic task.
+//! Tests of the layer above, kept here until they move to `recorder/sweeper.rs`; every other
+//! store test runs over the stand-in (`stand_in`).
+use super::*;
+use tokio_util::sync::CancellationToken;
+
+use crate::recorder::{
+    LivePolicy, OnConflict, Recordings as RecorderRecordings, TapeWriter, sweeper,
+};
+
+/// Long enough that no test sees a grace period run out unless it moves time on.
+const GRACE: Duration = Duration::from_secs(60 * 60);
+
+/// A store in a temporary directory with the recorder's live recordings over it.
+fn fresh_recorder() -> (TempDir, ManualClock, RecorderRecordings) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let store = Store::open(&db_path(&dir), options(&clock)).unwrap();
+    let policy = LivePolicy {
+        max_live: MAX_LIVE,
+        grace: GRACE,
+        on_conflict: OnConflict::Supersede,
+    };
+    (dir, clock, RecorderRecordings::new(store, policy))
+}
+
+#[tokio::test]
+async fn idle_recordings_are_interrupted() {
+    let (_dir, clock, store) = fresh_recorder();
+    let mut idle = store.start(&id("idle"), None).await.unwrap();
+    record_on_tape(&mut idle, &["said ", "little"]).await;
+    let mut busy = store.start(&id("busy"), None).await.unwrap();
+    clock.advance(ms(IDLE) / 2);
+    record_on_tape(&mut busy, &["talking"]).await;
+    clock.advance(ms(IDLE) / 2);
+
+    sweeper::sweep_once(&store, IDLE).await.unwrap();
+    let progress = idle.tape().progress();
+    assert_eq!(progress.status, Status::Interrupted);
+    assert_eq!(progress.chunks, 2);
+    assert!(idle.tape().end_message().unwrap().contains("idle"));
+    let meta = store
+        .store()
+        .meta(idle.tape().key())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(meta.status, Status::Interrupted);
+    assert_eq!(meta.expires_at_ms, Some(T0 + ms(IDLE) + ms(RETENTION)));
+    assert!(store.live(idle.tape().key()).is_none());
+    // Its producer is refused from now on.
+    let late = idle.append("more").await.unwrap();
+    assert!(matches!(acked(late).await, Err(Error::RecordingEnded)));
+
+    assert_eq!(busy.tape().progress().status, Status::Recording);
+    assert!(store.live(busy.tape().key()).is_some());
+}
+
+#[tokio::test]
+async fn periodic_sweeper_runs_without_being_called() {
+    let (_dir, clock, store) = fresh_recorder();
+    let shutdown = CancellationToken::new();
+    let task = tokio::spawn(sweeper::run(
+        store.clone(),
+        Duration::from_millis(10),
+        IDLE,
+        shutdown.clone(),
+    ));
+    // Each round needs a later tick than the last: the task keeps running on its own.
+    let mut keys = Vec::new();
+    for round in 0..3 {
+        let writer = store
+            .start(&id(&format!("idle-{round}")), None)
+            .await
+            .unwrap();
+        keys.push(writer.tape().key());
+        let mut progress = writer.tape().subscribe();
+        // Round 1 also lets round 0's retention pass.
+        let extra = if round == 1 { ms(RETENTION) } else { 0 };
+        clock.advance(ms(IDLE) + extra + 1);
+        let ended = tokio::time::timeout(WAIT, progress.wait_for(|p| !p.status.is_live()))
+            .await
+            .expect("the sweeper ended the idle recording in time")
+            .unwrap()
+            .status;
+        assert_eq!(ended, Status::Interrupted, "round {round}");
+    }
+    // The tick that ended round 1 then collected round 0; round 2 came from a later tick.
+    assert!(store.store().meta(keys[0]).await.unwrap().is_none());
+    assert_eq!(stored_chunks(store.store(), keys[0]), 0);
+
+    shutdown.cancel();
+    tokio::time::timeout(WAIT, task)
+        .await
+        .expect("the sweeper stops on shutdown")
+        .unwrap();
+}
+
+/// Appends every text and waits for the last one to be committed.
+async fn record_on_tape(writer: &mut TapeWriter, texts: &[&str]) {
+    let mut last = None;
+    for text in texts {
+        last = Some(writer.append(text).await.unwrap());
+    }
+    if let Some(committed) = last {
+        acked(committed).await.unwrap();
+    }
+}
