@@ -10,7 +10,7 @@ use tapedeck::Config;
 use tapedeck::id::ConversationId;
 use tapedeck::pb::ReplayRequest;
 use tapedeck::pb::response_recorder_service_client::ResponseRecorderServiceClient;
-use tapedeck::recorder::{Recordings, Status};
+use tapedeck::recorder::{Deck, Status};
 use tokio::runtime::Runtime;
 
 /// Chunks in the recording.
@@ -34,7 +34,7 @@ fn resume_near_the_end(c: &mut Criterion) {
     let store = tapedeck::server::open_store(&config).unwrap();
     let built = std::time::Instant::now();
     runtime.block_on(async {
-        let recordings = Recordings::new(
+        let recordings = Deck::new(
             store.clone(),
             tapedeck::recorder::LivePolicy {
                 max_live: 1,

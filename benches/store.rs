@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, SamplingMode, Throughput, criterion_group};
 use tapedeck::id::ConversationId;
-use tapedeck::recorder::{Recordings, Status, TapeWriter};
+use tapedeck::recorder::{Deck, Status, TapeWriter};
 use tapedeck::store::{Store, StoreOptions};
 use tempfile::TempDir;
 use tokio::runtime::Runtime;
@@ -42,13 +42,13 @@ fn runtime() -> Runtime {
 }
 
 /// A fresh store, with the recorder's live recordings over it (no live limit).
-fn open_store() -> (TempDir, Recordings) {
+fn open_store() -> (TempDir, Deck) {
     let dir = tempfile::tempdir().expect("a temporary directory");
     let store = Store::open(&dir.path().join("bench.redb"), StoreOptions::default())
         .expect("a fresh database");
     (
         dir,
-        Recordings::new(
+        Deck::new(
             store,
             tapedeck::recorder::LivePolicy {
                 max_live: usize::MAX,
@@ -58,7 +58,7 @@ fn open_store() -> (TempDir, Recordings) {
     )
 }
 
-async fn start_producers(store: &Recordings, count: usize) -> Vec<TapeWriter> {
+async fn start_producers(store: &Deck, count: usize) -> Vec<TapeWriter> {
     let ids: Vec<ConversationId> = (0..count)
         .map(|i| ConversationId::parse(format!("producer-{i}").as_bytes()).expect("a valid id"))
         .collect();
@@ -194,7 +194,7 @@ fn report() {
 }
 
 /// A finished recording of `READ_CHUNKS` tokens; returns its key and generation.
-async fn fill_recording(store: &Recordings) -> (u128, u64) {
+async fn fill_recording(store: &Deck) -> (u128, u64) {
     let id = ConversationId::parse(b"read-bench").expect("a valid id");
     let mut writer = store.start(&id, None).await.expect("a started recording");
     let mut last = None;
@@ -213,7 +213,7 @@ async fn fill_recording(store: &Recordings) -> (u128, u64) {
 }
 
 /// Reads the whole recording in `READ_BATCH_BYTES` ranges; returns the chunks read.
-async fn read_all(store: &Recordings, key: u128, generation: u64) -> u64 {
+async fn read_all(store: &Deck, key: u128, generation: u64) -> u64 {
     let mut from = 0;
     loop {
         let chunks = store

@@ -96,7 +96,7 @@ pub async fn run(
         lifecycle.stop.clone(),
     ));
     let sweeper = tokio::spawn(sweeper::run(
-        recorder.recordings().clone(),
+        recorder.deck().clone(),
         config.gc_interval,
         config.idle_timeout,
         lifecycle.stop.clone(),

@@ -13,7 +13,7 @@ use tapedeck::pb::tapedeck::{
     DeleteRecordingRequest, GetRecordingRequest, ListRecordingsRequest, RecordingStatus,
 };
 use tapedeck::pb::{RecordRequest, RecordStatus, ReplayRequest};
-use tapedeck::recorder::{LivePolicy, Recordings, Status};
+use tapedeck::recorder::{Deck, LivePolicy, Status};
 use tapedeck::store::{Store, StoreOptions};
 use tonic::Code;
 
@@ -204,7 +204,7 @@ async fn fill(dir: &std::path::Path, count: usize) {
         max_live: usize::MAX,
         ..LivePolicy::default()
     };
-    let recordings = Recordings::new(store.clone(), policy);
+    let recordings = Deck::new(store.clone(), policy);
     for batch in (0..count).collect::<Vec<_>>().chunks(500) {
         futures::future::join_all(batch.iter().map(|&i| {
             let recordings = recordings.clone();

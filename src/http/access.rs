@@ -56,7 +56,5 @@ pub(crate) fn authorize(
     operation: Operation,
     id: &ConversationId,
 ) -> Result<(), Reply> {
-    principal
-        .authorize(operation, id)
-        .map_err(failed)
+    principal.authorize(operation, id).map_err(failed)
 }

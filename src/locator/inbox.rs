@@ -105,7 +105,7 @@ fn handle(locator: &Locator, recorder: &Recorder, payload: &[u8]) {
                 locator.publish(&reply_to, &answer).await;
             }
             Message::Superseded { key, owner, by } => {
-                let Some(tape) = recorder.recordings().live(key) else {
+                let Some(tape) = recorder.deck().live(key) else {
                     return;
                 };
                 if owner_token(&locator.inner.instance, tape.generation()) != owner {

@@ -176,7 +176,7 @@ impl Locator {
     /// Where calls about conversation `key` go: here when its recording is live here;
     /// otherwise to the instance that registered it, if that is another one.
     pub async fn route(&self, recorder: &Recorder, key: u128) -> Route {
-        if recorder.recordings().live(key).is_some() {
+        if recorder.deck().live(key).is_some() {
             return Route::Here;
         }
         match self.owner(key).await {

@@ -22,7 +22,7 @@ const GATHER: Duration = Duration::from_millis(50);
 
 /// Runs the registrar until `stop` is cancelled.
 pub(super) async fn run(locator: Locator, recorder: Recorder, stop: CancellationToken) {
-    let changes = recorder.recordings().changes();
+    let changes = recorder.deck().changes();
     // Before the first full registration, so that nothing changed during it is missed.
     changes.enable();
     let mut registrar = Registrar {
@@ -262,7 +262,7 @@ impl Registrar {
             Claimed::Refused { by } => {
                 self.owned.remove(&key);
                 if claim.status == Status::Recording.as_str()
-                    && let Some(tape) = self.recorder.recordings().live(key)
+                    && let Some(tape) = self.recorder.deck().live(key)
                 {
                     self.superseded(&tape, &claim, &by).await;
                 }

@@ -21,7 +21,7 @@ pub async fn sample(recorder: Recorder, database: PathBuf, stop: CancellationTok
             _ = ticker.tick() => {}
             () = stop.cancelled() => return,
         }
-        let tapes = recorder.recordings().live_tapes();
+        let tapes = recorder.deck().live_tapes();
         let attached = tapes
             .iter()
             .filter(|t| matches!(t.holder(), Holder { attached: true, .. }))
@@ -30,7 +30,7 @@ pub async fn sample(recorder: Recorder, database: PathBuf, stop: CancellationTok
         gauge!(PRODUCERS, "state" => "attached").set(attached as f64);
         gauge!(PRODUCERS, "state" => "detached").set((tapes.len() - attached) as f64);
         gauge!(LIVE_REPLAYS).set(tapes.iter().map(|t| t.readers()).sum::<u64>() as f64);
-        let store = recorder.recordings().store();
+        let store = recorder.deck().store();
         gauge!(DISK_FULL).set(if store.is_full() { 1.0 } else { 0.0 });
         if let Ok(meta) = std::fs::metadata(&database) {
             gauge!(FILE_BYTES).set(meta.len() as f64);

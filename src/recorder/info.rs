@@ -3,7 +3,7 @@
 //! tombstone, and pages of recordings in start order.
 use std::sync::Arc;
 
-use super::registry::Recordings;
+use super::registry::Deck;
 use super::status::Status;
 use super::tape::Tape;
 use crate::error::Result;
@@ -51,10 +51,10 @@ pub struct Listing {
     pub next_page_token: Option<String>,
 }
 
-pub(super) async fn get(recordings: &Recordings, id: &ConversationId) -> Result<Found> {
-    Ok(match recordings.store().lookup(id.key()).await? {
+pub(super) async fn get(deck: &Deck, id: &ConversationId) -> Result<Found> {
+    Ok(match deck.store().lookup(id.key()).await? {
         Lookup::Stored(meta) => {
-            let tape = recordings.live(id.key());
+            let tape = deck.live(id.key());
             Found::Recording(overlay(meta, tape.as_ref()))
         }
         Lookup::Gone(tombstone) => Found::Gone(tombstone),
@@ -63,7 +63,7 @@ pub(super) async fn get(recordings: &Recordings, id: &ConversationId) -> Result<
 }
 
 pub(super) async fn list(
-    recordings: &Recordings,
+    deck: &Deck,
     page_token: Option<&str>,
     page_size: usize,
     only: Option<Status>,
@@ -73,14 +73,14 @@ pub(super) async fn list(
         0 => DEFAULT_PAGE_SIZE,
         size => size.min(MAX_PAGE_SIZE),
     };
-    let page = recordings
+    let page = deck
         .store()
         .list(after, limit, only, MAX_SCANNED_PER_PAGE)
         .await?;
     let recordings = page
         .rows
         .into_iter()
-        .map(|(key, meta)| overlay(meta, recordings.live(key).as_ref()))
+        .map(|(key, meta)| overlay(meta, deck.live(key).as_ref()))
         .collect();
     Ok(Listing {
         recordings,

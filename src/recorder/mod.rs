@@ -30,7 +30,7 @@ pub use changes::Changes;
 pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, MAX_PAGE_SIZE, RecordingInfo};
 pub use limits::SizeRefused;
 pub use producer::{Producer, Stopped};
-pub use registry::{LivePolicy, OnConflict, Recordings};
+pub use registry::{Deck, LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};
 pub use tape::{Holder, Tape, TapeWriter};
@@ -66,7 +66,7 @@ pub struct StartOptions {
 /// The recorder: cheap to clone, shared by every face.
 #[derive(Clone, Debug)]
 pub struct Recorder {
-    recordings: Recordings,
+    deck: Deck,
     limits: Limits,
     shutting_down: Arc<AtomicBool>,
     /// Cancelled at shutdown: producers are told to go.
@@ -77,7 +77,7 @@ impl Recorder {
     /// A recorder over `store`; the recordings the last run left live are adopted, detached.
     pub fn new(store: Store, limits: Limits, policy: LivePolicy) -> Self {
         Self {
-            recordings: Recordings::new(store, policy),
+            deck: Deck::new(store, policy),
             limits,
             shutting_down: Arc::new(AtomicBool::new(false)),
             stopping: CancellationToken::new(),
@@ -85,13 +85,13 @@ impl Recorder {
     }
 
     /// The live recordings and the store under them.
-    pub fn recordings(&self) -> &Recordings {
-        &self.recordings
+    pub fn deck(&self) -> &Deck {
+        &self.deck
     }
 
     /// Opens a producer session on conversation `id`: a new recording (superseding or, under
     /// the reject policy, refused by a live one), or a resume of its recording (see
-    /// [`Recordings::resume`]).
+    /// [`Deck::resume`]).
     ///
     /// Fails with `RetentionTooLong`, `AlreadyRecording`, `TooManyLiveRecordings`,
     /// `ResumePastEnd`, `AlreadyEnded`, `ShuttingDown`, or a storage error.
@@ -108,13 +108,13 @@ impl Recorder {
         };
         // On a task of its own: a caller that goes away mid-start (its connection cut) drops
         // only the handle, and the producer's handle, once made, detaches like any other.
-        let recordings = self.recordings.clone();
+        let deck = self.deck.clone();
         let resume_from = options.resume_from;
         let starting = id.clone();
         let writer = tokio::spawn(async move {
             match resume_from {
-                None => recordings.start(&starting, retention_ms).await,
-                Some(offset) => recordings.resume(&starting, offset, retention_ms).await,
+                None => deck.start(&starting, retention_ms).await,
+                Some(offset) => deck.resume(&starting, offset, retention_ms).await,
             }
         })
         .await
@@ -139,7 +139,7 @@ impl Recorder {
     /// recording), `OffsetInsideCharacter`, or a storage error.
     pub async fn replay(&self, id: &ConversationId, offset: u64) -> Result<Replay> {
         self.check_text(id).await?;
-        Replay::open(self.recordings.clone(), id, offset, true).await
+        Replay::open(self.deck.clone(), id, offset, true).await
     }
 
     /// Refuses a text replay of a stream made over HTTP that is not UTF-8 text, or that is a
@@ -147,13 +147,13 @@ impl Recorder {
     /// producer is text by construction and is not looked up.
     async fn check_text(&self, id: &ConversationId) -> Result<()> {
         if self
-            .recordings
+            .deck
             .live(id.key())
             .is_some_and(|tape| !tape.is_held_open())
         {
             return Ok(());
         }
-        let Some(row) = self.recordings.store().stream_row(id.key()).await? else {
+        let Some(row) = self.deck.store().stream_row(id.key()).await? else {
             return Ok(());
         };
         if row.fork.is_some() {
@@ -171,14 +171,14 @@ impl Recorder {
     ///
     /// Fails when the cancel cannot be committed, or the stored state cannot be read.
     pub async fn cancel(&self, id: &ConversationId) -> Result<bool> {
-        if let Some(tape) = self.recordings.live(id.key())
-            && self.recordings.end(&tape, Status::Cancelled, None).await?
+        if let Some(tape) = self.deck.live(id.key())
+            && self.deck.end(&tape, Status::Cancelled, None).await?
         {
             tracing::info!(conversation = %id, "recording cancelled");
             return Ok(true);
         }
         // Not live (or it ended just now): only an earlier cancel counts as accepted.
-        let meta = self.recordings.store().meta(id.key()).await?;
+        let meta = self.deck.store().meta(id.key()).await?;
         Ok(meta.is_some_and(|m| m.status == Status::Cancelled))
     }
 
@@ -188,7 +188,7 @@ impl Recorder {
     /// Fails when the end cannot be committed.
     pub async fn supersede(&self, tape: &Arc<Tape>, message: String) -> Result<bool> {
         let ended = self
-            .recordings
+            .deck
             .end(tape, Status::Superseded, Some(message))
             .await?;
         if ended {
@@ -204,9 +204,9 @@ impl Recorder {
     /// Fails when a commit fails; what is left is collected by the sweeper.
     pub async fn delete(&self, id: &ConversationId) -> Result<bool> {
         let mut was_live = false;
-        if let Some(tape) = self.recordings.live(id.key()) {
+        if let Some(tape) = self.deck.live(id.key()) {
             was_live = self
-                .recordings
+                .deck
                 .end(
                     &tape,
                     Status::Deleted,
@@ -214,8 +214,8 @@ impl Recorder {
                 )
                 .await?;
         }
-        let existed = self.recordings.store().delete(id.key()).await?;
-        self.recordings.changes().mark(id.key());
+        let existed = self.deck.store().delete(id.key()).await?;
+        self.deck.changes().mark(id.key());
         if existed || was_live {
             metrics::counter!(crate::metrics::DELETED_RECORDINGS).increment(1);
             tracing::info!(conversation = %id, "recording deleted");
@@ -227,7 +227,7 @@ impl Recorder {
     ///
     /// Fails with a storage error.
     pub async fn get(&self, id: &ConversationId) -> Result<Found> {
-        info::get(&self.recordings, id).await
+        info::get(&self.deck, id).await
     }
 
     /// A page of stored recordings in start order (see [`crate::store::Store::list`]).
@@ -239,14 +239,14 @@ impl Recorder {
         page_size: usize,
         only: Option<Status>,
     ) -> Result<Listing> {
-        info::list(&self.recordings, page_token, page_size, only).await
+        info::list(&self.deck, page_token, page_size, only).await
     }
 
     /// As [`cancel`](Self::cancel), then waits up to `wait` for the producer to let go.
     ///
     /// Fails as [`cancel`](Self::cancel) does.
     pub async fn cancel_and_wait(&self, id: &ConversationId, wait: Duration) -> Result<bool> {
-        let tape = self.recordings.live(id.key());
+        let tape = self.deck.live(id.key());
         let accepted = self.cancel(id).await?;
         if let Some(tape) = tape
             && tokio::time::timeout(wait, tape.producer_detached())
@@ -284,7 +284,7 @@ impl Recorder {
                 let key = id.key();
                 seen.insert(key)
                     && visible(id)
-                    && (self.recordings.live(key).is_some() || live_elsewhere.contains(&key))
+                    && (self.deck.live(key).is_some() || live_elsewhere.contains(&key))
             })
             .map(|id| id.original().to_vec())
             .collect())
@@ -305,12 +305,12 @@ impl Recorder {
     ///
     /// Fails as [`replay`](Self::replay) does, but never with `OffsetInsideCharacter`.
     pub async fn replay_bytes(&self, id: &ConversationId, offset: u64) -> Result<Replay> {
-        Replay::open(self.recordings.clone(), id, offset, false).await
+        Replay::open(self.deck.clone(), id, offset, false).await
     }
 
     /// What a new recording does to a conversation's live one.
     pub fn on_conflict(&self) -> OnConflict {
-        self.recordings.registry.policy.on_conflict
+        self.deck.registry.policy.on_conflict
     }
 
     /// Refuses new recordings and tells every producer the server is shutting down; returns
@@ -318,9 +318,9 @@ impl Recorder {
     /// restart they wait the grace period again for their producers to resume.
     pub async fn shutdown(&self) {
         self.shutting_down.store(true, Ordering::SeqCst);
-        self.recordings.stop_grace().await;
+        self.deck.stop_grace().await;
         self.stopping.cancel();
-        for tape in self.recordings.live_tapes() {
+        for tape in self.deck.live_tapes() {
             tape.producer_detached().await;
         }
     }

@@ -175,15 +175,16 @@ impl Drop for Registry {
     }
 }
 
-/// The live recordings over the store: starting one (with the live limit and supersede),
-/// ending one, and finding them. Cheap to clone.
+/// The deck: the live recordings (tapes) over the store, starting one (with the live limit and
+/// supersede), ending one, and finding them. The recorder is the API the faces call; the deck
+/// is the machinery under it. Cheap to clone.
 #[derive(Clone, Debug)]
-pub struct Recordings {
+pub struct Deck {
     pub(super) store: Store,
     pub(super) registry: Arc<Registry>,
 }
 
-impl Recordings {
+impl Deck {
     /// The live recordings over `store`: those the last run left live, adopted as detached
     /// (their grace period starts now), and none else yet.
     pub fn new(store: Store, policy: LivePolicy) -> Self {

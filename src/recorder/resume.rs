@@ -1,14 +1,14 @@
 //! Resuming: a producer that believes some bytes of its recording are committed takes over the
 //! live recording (fencing the producer attached to it), or makes an ended one live again, or
 //! finds out why it cannot.
-use super::registry::{Recordings, fresh};
+use super::registry::{Deck, fresh};
 use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::{Admission, RecordingMeta};
 
-impl Recordings {
+impl Deck {
     /// Hands conversation `id`'s recording to a producer that believes `resume_from` bytes of
     /// it are committed: takes over the live recording (fencing the producer attached to it),
     /// or makes an `interrupted` or `failed` one live again. With no recording, and

@@ -10,11 +10,11 @@ impl Recorder {
     ///
     /// Fails with a storage error.
     pub async fn metas(&self, keys: Vec<u128>) -> Result<Vec<Option<RecordingMeta>>> {
-        self.recordings.store().metas(keys).await
+        self.deck.store().metas(keys).await
     }
 
     /// Now, in ms since the epoch, by the store's clock (injectable in tests).
     pub fn now_ms(&self) -> u64 {
-        self.recordings.store().clock().now_ms()
+        self.deck.store().clock().now_ms()
     }
 }

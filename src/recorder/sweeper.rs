@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::registry::Recordings;
+use super::registry::Deck;
 use super::status::Status;
 use crate::error::Result;
 use crate::metrics as metric;
@@ -12,7 +12,7 @@ use crate::store::SweepReport;
 
 /// Runs [`sweep_once`] every `interval` (at least a millisecond) until `shutdown` is cancelled.
 pub async fn run(
-    recordings: Recordings,
+    deck: Deck,
     interval: Duration,
     idle_timeout: Duration,
     shutdown: CancellationToken,
@@ -26,7 +26,7 @@ pub async fn run(
             _ = shutdown.cancelled() => break,
             _ = ticker.tick() => {}
         }
-        let swept = sweep_once(&recordings, idle_timeout).await;
+        let swept = sweep_once(&deck, idle_timeout).await;
         metrics::counter!(metric::SWEEPS).increment(1);
         if let Ok(report) = &swept {
             metrics::counter!(metric::SWEPT_RECORDINGS).increment(report.recordings_deleted);
@@ -34,9 +34,9 @@ pub async fn run(
         }
         match swept {
             Ok(report) if report.recordings_deleted > 0 => tracing::info!(
-                recordings = report.recordings_deleted,
+                deck = report.recordings_deleted,
                 chunks = report.chunks_deleted,
-                "collected expired recordings"
+                "collected expired deck"
             ),
             Ok(_) => {}
             Err(err) => tracing::warn!(error = %err, "sweep failed; retrying next interval"),
@@ -48,17 +48,14 @@ pub async fn run(
 /// recording whose retention has passed, in bounded commits. Returns the totals.
 ///
 /// Fails when a commit fails.
-pub async fn sweep_once(recordings: &Recordings, idle_timeout: Duration) -> Result<SweepReport> {
-    let store = recordings.store();
+pub async fn sweep_once(deck: &Deck, idle_timeout: Duration) -> Result<SweepReport> {
+    let store = deck.store();
     let now = store.clock().now_ms();
     let idle_ms = idle_timeout.as_millis() as u64;
-    for tape in recordings.live_tapes() {
+    for tape in deck.live_tapes() {
         if !tape.is_held_open() && now.saturating_sub(tape.last_activity_ms()) >= idle_ms {
             let message = format!("no token for {}s (idle timeout)", idle_timeout.as_secs());
-            if recordings
-                .end(&tape, Status::Interrupted, Some(message))
-                .await?
-            {
+            if deck.end(&tape, Status::Interrupted, Some(message)).await? {
                 tracing::info!(conversation = %tape.id(), "ended idle recording");
             }
         }

@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::registry::Recordings;
+use super::registry::Deck;
 use super::status::{Progress, Status};
 use super::tape::{Following, Tape};
 use crate::error::{Absence, Error, Result};
@@ -69,7 +69,7 @@ enum Source {
 
 /// A reader's position in one recording.
 pub struct Replay {
-    recordings: Recordings,
+    deck: Deck,
     /// The conversation, as the reader named it.
     id: ConversationId,
     key: u128,

@@ -3,20 +3,20 @@
 use super::{Replay, Source};
 use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;
-use crate::recorder::registry::Recordings;
+use crate::recorder::registry::Deck;
 use crate::recorder::status::{Progress, Status};
 use crate::store::Lookup;
 
 impl Replay {
     pub(in crate::recorder) async fn open(
-        recordings: Recordings,
+        deck: Deck,
         id: &ConversationId,
         offset: u64,
         text: bool,
     ) -> Result<Replay> {
-        let (source, generation) = Self::find(&recordings, id).await?;
+        let (source, generation) = Self::find(&deck, id).await?;
         let mut replay = Replay {
-            recordings,
+            deck,
             id: id.clone(),
             key: id.key(),
             generation,
@@ -52,15 +52,15 @@ impl Replay {
     /// raced a start or an end: look again once the registry changes. A row left `recording`
     /// for good (its failure could not be stored) is replayed as `interrupted` after
     /// `RACE_WAIT` rather than waited on forever.
-    async fn find(recordings: &Recordings, id: &ConversationId) -> Result<(Source, u64)> {
+    async fn find(deck: &Deck, id: &ConversationId) -> Result<(Source, u64)> {
         const RACE_WAIT: std::time::Duration = std::time::Duration::from_millis(100);
         let deadline = tokio::time::Instant::now() + RACE_WAIT;
         loop {
             // Enabled before looking, so that a change between the look and the wait wakes it.
-            let changed = recordings.changed();
+            let changed = deck.changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if let Some(tape) = recordings.live(id.key()) {
+            if let Some(tape) = deck.live(id.key()) {
                 let generation = tape.generation();
                 let progress = tape.subscribe();
                 let _following = tape.follow();
@@ -75,7 +75,7 @@ impl Replay {
                 id: id.to_string(),
                 why,
             };
-            let meta = match recordings.store().lookup(id.key()).await? {
+            let meta = match deck.store().lookup(id.key()).await? {
                 Lookup::Stored(meta) if meta.status == Status::Deleted => {
                     let at_ms = meta.updated_ms;
                     return Err(not_found(Absence::Deleted { at_ms }));

@@ -24,7 +24,7 @@ impl Replay {
                 .find(|c| c.offset <= offset)
                 .map_or(0, |c| c.index),
             _ => {
-                self.recordings
+                self.deck
                     .store()
                     .locate(self.key, self.generation, progress.chunks, offset)
                     .await?
@@ -56,7 +56,7 @@ impl Replay {
         {
             return Ok(chunks);
         }
-        self.recordings
+        self.deck
             .store()
             .read_chunks(self.key, self.generation, index, max_bytes)
             .await

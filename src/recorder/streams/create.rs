@@ -145,10 +145,8 @@ impl Streams {
             .check_chunks(chunks.iter().map(Bytes::len), 0)
             .map_err(CreateRefused::Size)?;
         let retention_ms = ask.ttl_secs.map(|ttl| ttl.saturating_mul(1000));
-        let recordings = self.recorder.recordings();
-        let writer = recordings
-            .start_with_row(id, retention_ms, Some(&row))
-            .await;
+        let deck = self.recorder.deck();
+        let writer = deck.start_with_row(id, retention_ms, Some(&row)).await;
         let mut writer = match (writer, &ask.fork) {
             (Ok(writer), _) => writer,
             // The source went in the meantime (a gRPC recording replaced it, say).

@@ -44,7 +44,7 @@ impl Streams {
         state.closed = true;
         let key = handle.id.key();
         self.recorder.delete(&handle.id).await?;
-        let store = self.recorder.recordings().store();
+        let store = self.recorder.deck().store();
         if let Some(row) = store.stream_row(key).await?
             && row.soft_deleted
         {
@@ -74,7 +74,7 @@ impl Streams {
         let Some(handle) = cached else {
             return Ok(None);
         };
-        let row = self.recorder.recordings().store().stream_row(key).await?;
+        let row = self.recorder.deck().store().stream_row(key).await?;
         let mut state = handle.state.lock().await;
         match row {
             Some(row) if !(row.soft_deleted && row.forks == 0) => {

@@ -43,7 +43,7 @@ impl Streams {
 
     /// Whether recording `generation` of `id` is still the one stored.
     async fn still_stored(&self, id: &ConversationId, generation: u64) -> Result<bool> {
-        let store = self.recorder.recordings().store();
+        let store = self.recorder.deck().store();
         Ok(match store.lookup(id.key()).await? {
             Lookup::Stored(meta) => meta.generation == generation && meta.status != Status::Deleted,
             _ => false,
@@ -51,7 +51,7 @@ impl Streams {
     }
 
     pub(super) async fn load(&self, id: &ConversationId) -> Result<StreamAt> {
-        let store = self.recorder.recordings().store();
+        let store = self.recorder.deck().store();
         let meta = match store.lookup(id.key()).await? {
             Lookup::Stored(meta) if meta.status != Status::Deleted => meta,
             _ => return Ok(StreamAt::Missing),

@@ -186,7 +186,7 @@ impl Streams {
     }
 
     async fn generation_of(&self, id: &ConversationId) -> Result<u64, ForkRefused> {
-        let store = self.recorder.recordings().store();
+        let store = self.recorder.deck().store();
         match store.meta(id.key()).await? {
             Some(meta) => Ok(meta.generation),
             None => Err(ForkRefused::SourceMissing { source: id.clone() }),

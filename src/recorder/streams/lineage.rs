@@ -58,7 +58,7 @@ impl LineageReader {
         while let Some(fork) = next.take() {
             cap = Some(cap.map_or(fork.offset, |c: u64| c.min(fork.offset)));
             let source = ConversationId::parse(uuid::Uuid::from_u128(fork.source).as_bytes())?;
-            let store = recorder.recordings().store();
+            let store = recorder.deck().store();
             next = store.stream_row(fork.source).await?.and_then(|r| r.fork);
             stretches.push(Stretch {
                 id: source,

@@ -77,9 +77,9 @@ impl Streams {
         &self,
         id: &ConversationId,
     ) -> std::result::Result<StreamSnapshot, StreamRefused> {
-        let (tail, closed) = match self.recorder.recordings().live(id.key()) {
+        let (tail, closed) = match self.recorder.deck().live(id.key()) {
             Some(tape) => (tape.progress().bytes, false),
-            None => match self.recorder.recordings().store().lookup(id.key()).await? {
+            None => match self.recorder.deck().store().lookup(id.key()).await? {
                 Lookup::Stored(meta) => (meta.byte_len, !meta.status.is_live()),
                 _ => return Err(StreamRefused::Missing),
             },

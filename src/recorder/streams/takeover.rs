@@ -17,15 +17,11 @@ impl Streams {
         committed: u64,
     ) -> Result<TapeWriter> {
         self.refuse_if_stopping()?;
-        let committed = match self.recorder.recordings().live(id.key()) {
+        let committed = match self.recorder.deck().live(id.key()) {
             Some(tape) => tape.progress().bytes,
             None => committed,
         };
-        let writer = self
-            .recorder
-            .recordings()
-            .resume(id, committed, None)
-            .await?;
+        let writer = self.recorder.deck().resume(id, committed, None).await?;
         writer.tape().hold_open();
         Ok(writer)
     }
@@ -35,11 +31,11 @@ impl Streams {
     /// Fails with a storage error.
     pub async fn adopt_open(&self) -> Result<usize> {
         let mut adopted = 0;
-        for tape in self.recorder.recordings().live_tapes() {
+        for tape in self.recorder.deck().live_tapes() {
             if tape.holder().attached {
                 continue;
             }
-            let store = self.recorder.recordings().store();
+            let store = self.recorder.deck().store();
             if store.stream_row(tape.key()).await?.is_some() {
                 self.load(tape.id()).await?;
                 adopted += 1;

@@ -4,15 +4,13 @@
 use super::*;
 use tokio_util::sync::CancellationToken;
 
-use crate::recorder::{
-    LivePolicy, OnConflict, Recordings as RecorderRecordings, TapeWriter, sweeper,
-};
+use crate::recorder::{Deck, LivePolicy, OnConflict, TapeWriter, sweeper};
 
 /// Long enough that no test sees a grace period run out unless it moves time on.
 const GRACE: Duration = Duration::from_secs(60 * 60);
 
 /// A store in a temporary directory with the recorder's live recordings over it.
-fn fresh_recorder() -> (TempDir, ManualClock, RecorderRecordings) {
+fn fresh_recorder() -> (TempDir, ManualClock, Deck) {
     let dir = tempfile::tempdir().unwrap();
     let clock = ManualClock::new(T0);
     let store = Store::open(&db_path(&dir), options(&clock)).unwrap();
@@ -21,7 +19,7 @@ fn fresh_recorder() -> (TempDir, ManualClock, RecorderRecordings) {
         grace: GRACE,
         on_conflict: OnConflict::Supersede,
     };
-    (dir, clock, RecorderRecordings::new(store, policy))
+    (dir, clock, Deck::new(store, policy))
 }
 
 #[tokio::test]
