@@ -19,6 +19,8 @@
 //!   redirects and forwarded cancels.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
 //!   assembled with health and reflection by [`grpc::routes`].
+//! - [`http`]: the Durable Streams face, as thin: parse, authorize, call the recorder's
+//!   streams, map the outcome to a response.
 //! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
 //! - [`metrics`]: metric names and their descriptions.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
