@@ -15,7 +15,8 @@
 //! - `ops`: the commit pipeline's ops, a module each holding what it does in the write
 //!   transaction, what it leaves to do after the commit, and what it answers; `pipeline`: the
 //!   batching loop; `tables`: the transaction layer ops apply to (`tables/sweep`, the
-//!   collection of expired recordings; `tables/folds`, the end of a transaction's work);
+//!   collection of expired recordings; `tables/streams`, the `streams` rows and fork counts;
+//!   `tables/folds`, the end of a transaction's work);
 //!   `publish`: what happens after a commit, or after a failed one.
 //! - `database`: the open file and its write-ahead log, how a commit goes to them; `disk`:
 //!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
