@@ -152,12 +152,27 @@ fn a_bad_redis_url_is_refused_without_repeating_it() {
     assert!(!stderr.contains("hunter2"), "{stderr}");
 }
 
+/// The configuration line a server started with `args` logs before it is killed, and every
+/// line it logged.
+fn logged_configuration(dir: &std::path::Path, args: &[&str]) -> (String, Vec<String>) {
+    let log = LogLines::default();
+    let mut child = spawn_serving(dir, args, Some(log.clone()));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let lines = log.lock().unwrap().clone();
+    let config = lines
+        .iter()
+        .find(|line| line.contains("starting with this configuration"))
+        .expect("the effective configuration is logged")
+        .clone();
+    (config, lines)
+}
+
 #[test]
 fn fractional_durations_and_host_names_are_accepted_and_used() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port().port().to_string();
     let listen = format!("localhost:{port}");
-    let log = LogLines::default();
     let args = [
         "--listen",
         &listen,
@@ -168,14 +183,7 @@ fn fractional_durations_and_host_names_are_accepted_and_used() {
         "--max-chunk-bytes",
         "1.5KiB",
     ];
-    let mut child = spawn_serving(dir.path(), &args, Some(log.clone()));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let lines = log.lock().unwrap();
-    let config = lines
-        .iter()
-        .find(|line| line.contains("starting with this configuration"))
-        .expect("the effective configuration is logged");
+    let (config, lines) = logged_configuration(dir.path(), &args);
     assert!(config.contains(r#""retention":"1h 30m""#), "{config}");
     assert!(config.contains(r#""max_chunk_bytes":"1536""#), "{config}");
     let listening = lines
@@ -300,7 +308,6 @@ fn help_shows_defaults_as_the_readme_writes_them() {
 fn the_configuration_is_logged_as_its_flags_are_written() {
     let dir = tempfile::tempdir().unwrap();
     let listen = free_port().to_string();
-    let log = LogLines::default();
     let args = [
         "--listen",
         &listen,
@@ -311,14 +318,7 @@ fn the_configuration_is_logged_as_its_flags_are_written() {
         "--retention",
         "1.5h",
     ];
-    let mut child = spawn_serving(dir.path(), &args, Some(log.clone()));
-    child.kill().unwrap();
-    child.wait().unwrap();
-    let lines = log.lock().unwrap();
-    let config = lines
-        .iter()
-        .find(|line| line.contains("starting with this configuration"))
-        .expect("the effective configuration is logged");
+    let (config, _) = logged_configuration(dir.path(), &args);
     for written in [
         "on_conflict=reject ",
         "http_listen=off ",

@@ -307,12 +307,8 @@ async fn appends_over_the_producers_limits_are_413_and_store_nothing() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_source_whose_fork_went_elsewhere_is_deleted_with_its_data_not_kept_for_it() {
-    // The store decides a soft delete on the fork count it reads, not on the face's copy: a
-    // fork deleted through the management API leaves no count behind to keep its source.
-    let dir = tempfile::tempdir().unwrap();
-    let server = TestServer::start_with_http(test_config(dir.path())).await;
+/// Stream `source` holding "abc", and stream `fork` forked from it at its tail: their URLs.
+async fn source_and_fork(server: &TestServer) -> (String, String) {
     let (source, fork) = (server.stream_url("source"), server.stream_url("fork"));
     let made = http()
         .put(&source)
@@ -329,6 +325,16 @@ async fn a_source_whose_fork_went_elsewhere_is_deleted_with_its_data_not_kept_fo
         .await
         .unwrap();
     assert_eq!(forked.status(), StatusCode::CREATED);
+    (source, fork)
+}
+
+#[tokio::test]
+async fn a_source_whose_fork_went_elsewhere_is_deleted_with_its_data_not_kept_for_it() {
+    // The store decides a soft delete on the fork count it reads, not on the face's copy: a
+    // fork deleted through the management API leaves no count behind to keep its source.
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let (source, _) = source_and_fork(&server).await;
 
     let mut recordings = recordings_client(server.addr).await;
     let request = tapedeck::pb::tapedeck::DeleteRecordingRequest {
@@ -361,22 +367,7 @@ async fn an_append_that_rewrites_a_sources_row_keeps_its_fork_count() {
     // the store's, so the source still stays for its fork when it is deleted.
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_http(test_config(dir.path())).await;
-    let (source, fork) = (server.stream_url("source"), server.stream_url("fork"));
-    let made = http()
-        .put(&source)
-        .header("content-type", "text/plain")
-        .body("abc")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(made.status(), StatusCode::CREATED);
-    let forked = http()
-        .put(&fork)
-        .header("stream-forked-from", "source")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(forked.status(), StatusCode::CREATED);
+    let (source, fork) = source_and_fork(&server).await;
     let appended = http()
         .post(&source)
         .header("content-type", "text/plain")
