@@ -95,17 +95,6 @@ impl Store {
         Ok(committed)
     }
 
-    /// Writes `row` as conversation `key`'s `streams` row (removes it, with `None`), once
-    /// everything queued before is committed.
-    ///
-    /// Fails with `ShuttingDown` when the store is closed, or a storage error.
-    pub async fn put_stream_row(&self, key: u128, row: Option<&StreamRow>) -> Result<()> {
-        let row = row.map(StreamRow::encode).transpose()?;
-        let (done, answer) = oneshot::channel();
-        self.submit(Op::PutStreamRow { key, row, done }).await?;
-        answer.await.map_err(|_| Error::ShuttingDown)?.map(drop)
-    }
-
     /// Conversation `key`'s `streams` row, if it has one.
     ///
     /// Fails with a storage error.
