@@ -16,11 +16,11 @@ use http::StatusCode;
 
 use super::HttpFace;
 use super::cursor;
+use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
 use super::read::start;
 use super::reply::*;
-use super::write::failed;
 use crate::id::ConversationId;
 use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
 

@@ -3,7 +3,7 @@
 use http::StatusCode;
 
 use super::HttpFace;
-pub(crate) use super::failure::failed;
+use super::failure::failed;
 use super::offset::Offset;
 use super::reply::*;
 use crate::id::ConversationId;
