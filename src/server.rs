@@ -169,6 +169,7 @@ pub async fn run(
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
         .layer(grpc::TelemetryLayer)
+        .layer(grpc::DeadlineLayer)
         .add_routes(routes)
         .serve_with_incoming_shutdown(incoming, shutdown_signal);
     tokio::pin!(serve);

@@ -130,6 +130,77 @@ async fn an_end_of_stream_without_complete_is_not_a_completion() {
     server.stop().await;
 }
 
+/// A caller's deadline that passes while its producer still streams is DEADLINE_EXCEEDED, as
+/// gRPC clients expect (tonic's own enforcement says CANCELLED), and the tokens sent stay.
+/// The call is made over plain HTTP/2, because tonic's client enforces the deadline itself
+/// and so never lets the server's answer be seen.
+#[tokio::test]
+async fn a_producer_whose_deadline_passes_gets_deadline_exceeded() {
+    use http_body_util::StreamBody;
+    use hyper::body::Frame;
+    use prost::Message;
+
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_in(dir.path()).await;
+    let tcp = tokio::net::TcpStream::connect(server.addr).await.unwrap();
+    let (mut sender, connection) = hyper::client::conn::http2::handshake(
+        hyper_util::rt::TokioExecutor::new(),
+        hyper_util::rt::TokioIo::new(tcp),
+    )
+    .await
+    .unwrap();
+    tokio::spawn(connection);
+    let first = RecordRequest {
+        conversation_id: ID.to_vec(),
+        content: "before the deadline".into(),
+        ..Default::default()
+    }
+    .encode_to_vec();
+    let mut framed = vec![0u8];
+    framed.extend_from_slice(&u32::try_from(first.len()).unwrap().to_be_bytes());
+    framed.extend_from_slice(&first);
+    // The request stream stays open: the producer neither completes nor goes away.
+    let (frames, body) = tokio::sync::mpsc::channel::<Result<_, std::convert::Infallible>>(1);
+    frames
+        .send(Ok(Frame::data(bytes::Bytes::from(framed))))
+        .await
+        .unwrap();
+    let request = http::Request::post(format!(
+        "http://{}/memory.v1.ResponseRecorderService/Record",
+        server.addr
+    ))
+    .header("content-type", "application/grpc")
+    .header("te", "trailers")
+    .header("grpc-timeout", "300m")
+    .body(StreamBody::new(
+        tokio_stream::wrappers::ReceiverStream::new(body),
+    ))
+    .unwrap();
+    let answer = tokio::time::timeout(WAIT, sender.send_request(request))
+        .await
+        .unwrap()
+        .unwrap();
+    // An answer before any message is "trailers only": the status is in the headers.
+    let code = answer
+        .headers()
+        .get("grpc-status")
+        .map(|v| v.to_str().unwrap().to_string());
+    let message = answer
+        .headers()
+        .get("grpc-message")
+        .map(|v| v.to_str().unwrap().to_string());
+    assert_eq!(
+        code.as_deref(),
+        Some("4"),
+        "DEADLINE_EXCEEDED, not {code:?} {message:?}"
+    );
+    assert!(message.unwrap_or_default().contains("deadline"));
+    drop(frames);
+    let replayed = replay_text(&server.recorder().await, ID).await.unwrap();
+    assert_eq!(replayed.text, "before the deadline");
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn a_producer_whose_stream_ended_without_complete_resumes_and_completes() {
     let dir = tempfile::tempdir().unwrap();

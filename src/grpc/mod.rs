@@ -4,6 +4,7 @@
 //! [`routes`] assembles them with health and reflection.
 
 mod cluster;
+mod deadline;
 mod recorder;
 mod recordings;
 mod resumer;
@@ -11,6 +12,7 @@ mod routes;
 pub(crate) mod status;
 mod telemetry;
 
+pub use deadline::DeadlineLayer;
 pub use recorder::RecorderService;
 pub use recordings::RecordingsService;
 pub use resumer::ResumerService;
