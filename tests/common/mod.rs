@@ -1,8 +1,8 @@
 //! Test harness, one file per concern: in-process servers (`server`), the real binary and
 //! SIGKILL (`binary`), gRPC clients, producers and replays (`grpc`), loopback ports and a
 //! cuttable proxy (`net`), the host (`host`: root, tmpfs, memory, disk space), Python
-//! (`python`) and Redis (`redis_server`). Everything but the last two is re-exported here, so
-//! a test file needs only `use common::*;`.
+//! (`python`), Redis (`redis_server`) and SeaweedFS's S3 (`seaweed`). Everything but the last
+//! three is re-exported here, so a test file needs only `use common::*;`.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::time::Duration;
@@ -13,6 +13,7 @@ mod host;
 mod net;
 pub(crate) mod python;
 pub(crate) mod redis_server;
+pub(crate) mod seaweed;
 mod server;
 
 // Each test binary uses a different part of these, so some are unused in each.
