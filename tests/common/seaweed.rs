@@ -32,7 +32,9 @@ const START_WAIT: Duration = Duration::from_secs(30);
 /// The `weed` binary of the test venv; fails the test, saying how to make it, when missing.
 pub(crate) fn weed() -> PathBuf {
     let venv = format!("{ROOT}/target/python-client/bin/weed");
-    let weed: PathBuf = std::env::var_os("TAPEDECK_TEST_WEED").map_or(venv.into(), Into::into);
+    let weed: PathBuf = std::env::var_os("TAPEDECK_TEST_WEED")
+        .filter(|path| !path.is_empty())
+        .map_or(venv.into(), Into::into);
     assert!(
         weed.exists(),
         "no SeaweedFS `weed` binary at {}; run scripts/test.sh (it installs the pinned \
