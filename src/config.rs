@@ -57,6 +57,12 @@ pub struct Config {
     pub tls: Option<TlsFiles>,
     /// Run as one of several instances, located through Redis. Default off (one instance).
     pub locator: Option<LocatorConfig>,
+    /// Seal ended recordings into this object store (`s3://BUCKET/PREFIX` or
+    /// `file:///PATH`), and read there what is not local. Default off.
+    pub object_store: Option<String>,
+    /// How long a sealed recording's chunks stay on local disk; `None` (the default) keeps
+    /// them for the recording's whole retention.
+    pub local_retention: Option<Duration>,
 }
 
 /// PEM files of the server's TLS identity, and optionally of the CA its clients' certificates
@@ -102,6 +108,8 @@ impl Default for Config {
             access: AccessConfig::default(),
             tls: None,
             locator: None,
+            object_store: None,
+            local_retention: None,
         }
     }
 }

@@ -231,6 +231,18 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// `--object-store` cannot be used.
+    #[error("cannot use --object-store (TAPEDECK_OBJECT_STORE): {reason}")]
+    ObjectStoreSetting {
+        /// What is wrong, and what to do.
+        reason: String,
+    },
+    /// The object store failed or did not answer; what only it holds cannot be read now.
+    #[error("the object store did not answer ({detail}); try again later")]
+    ObjectStoreUnavailable {
+        /// What failed (never a credential).
+        detail: String,
+    },
     /// The TLS settings cannot be used.
     #[error("cannot set up TLS: {reason}")]
     Tls {

@@ -15,6 +15,8 @@
 //!   check, the sweeper's schedule, shutdown, the Durable Streams rules, the gauges' sampler.
 //! - [`store`]: persistence only: the redb schema, the journal, the commit pipeline (ops and
 //!   batching, the transaction layer, publishing after a commit), recovery, reads.
+//! - [`tier`]: the optional object-store tier: sealed recordings' objects and names, upload
+//!   and verify, range reads, delete and expiry there. The recorder's sealer drives it.
 //! - [`locator`]: the optional Redis locator for several instances: entries, their refresh,
 //!   redirects and forwarded cancels.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
@@ -44,6 +46,7 @@ pub mod recorder;
 pub mod server;
 pub mod status;
 pub mod store;
+pub mod tier;
 
 /// Code generated from `proto/` by `build.rs`; its docs are the proto file's comments.
 #[allow(missing_docs, unreachable_pub)]

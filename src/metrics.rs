@@ -53,6 +53,18 @@ pub const FILE_BYTES: &str = "tapedeck_database_file_bytes";
 pub const DISK_FULL: &str = "tapedeck_disk_full";
 /// Calls refused by access control, by `reason`: `unauthenticated` or `permission_denied`.
 pub const AUTH_REFUSALS: &str = "tapedeck_auth_refusals_total";
+/// Gauge.
+pub const SEAL_BACKLOG: &str = "tapedeck_seal_backlog";
+/// Counter.
+pub const SEALED_RECORDINGS: &str = "tapedeck_sealed_recordings_total";
+/// Counter.
+pub const SEALED_BYTES: &str = "tapedeck_sealed_bytes_total";
+/// Counter.
+pub const SEAL_FAILURES: &str = "tapedeck_seal_failures_total";
+/// Counter.
+pub const LOCAL_COPIES_DROPPED: &str = "tapedeck_local_copies_dropped_total";
+/// Counter.
+pub const OBJECT_STORE_COLLECTED: &str = "tapedeck_object_store_collected_total";
 
 /// Buckets of every `_seconds` histogram: 100 µs to 30 s.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -121,4 +133,29 @@ pub fn describe() {
         "1 while the disk is full and new recordings are refused."
     );
     describe_counter!(AUTH_REFUSALS, "Calls refused by access control, by reason.");
+    describe_gauge!(
+        SEAL_BACKLOG,
+        "Ended recordings waiting to be sealed into the object store."
+    );
+    describe_counter!(
+        SEALED_RECORDINGS,
+        "Recordings sealed: uploaded, read back, verified and marked."
+    );
+    describe_counter!(
+        SEALED_BYTES,
+        Unit::Bytes,
+        "Bytes of sealed objects written."
+    );
+    describe_counter!(
+        SEAL_FAILURES,
+        "Seal attempts that failed (the object store did not answer, or a copy did not verify); each is retried."
+    );
+    describe_counter!(
+        LOCAL_COPIES_DROPPED,
+        "Sealed recordings whose chunks left local disk after --local-retention."
+    );
+    describe_counter!(
+        OBJECT_STORE_COLLECTED,
+        "Sealed copies deleted from the object store by expiry."
+    );
 }

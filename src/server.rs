@@ -12,8 +12,10 @@ use crate::config::{Config, TlsFiles};
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::locator::Locator;
+use crate::recorder::sealer::{self, SealerSettings};
 use crate::recorder::{Limits, LivePolicy, Recorder, sweeper};
 use crate::store::{Store, StoreOptions};
+use crate::tier::Tier;
 
 /// HTTP/2 flow-control window per stream: what one call may send before the server has read
 /// it. hyper's default is 1 MiB; while the commit queue is full every stream fills its window
@@ -88,8 +90,29 @@ pub async fn run(
         grace: config.producer_grace,
         on_conflict: config.on_conflict,
     };
-    let recorder = Recorder::new(store.clone(), limits, policy);
+    let mut recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
+    let sealer = match &config.object_store {
+        Some(url) => {
+            let tier = Tier::open(url)?.with_tombstone_retention(config.tombstone_retention);
+            tracing::info!(
+                store = tier.describe(),
+                "sealing ended recordings into the object store"
+            );
+            recorder = recorder.with_tier(tier.clone());
+            let settings = SealerSettings {
+                local_retention: config.local_retention,
+            };
+            let deck = recorder.deck().clone();
+            Some(tokio::spawn(sealer::run(
+                deck,
+                tier,
+                settings,
+                lifecycle.stop.clone(),
+            )))
+        }
+        None => None,
+    };
     let sampler = tokio::spawn(crate::recorder::gauges::sample(
         recorder.clone(),
         config.database_path(),
@@ -198,6 +221,9 @@ pub async fn run(
         }
     }
     let _ = sweeper.await;
+    if let Some(sealer) = sealer {
+        let _ = sealer.await;
+    }
     let _ = sampler.await;
     if let Some(locator) = locator
         && tokio::time::timeout(timeout, locator.stopped())

@@ -141,6 +141,17 @@ pub(crate) struct ServeArgs {
     /// The host:port other instances redirect clients to (required with --redis-url).
     #[arg(long, env = "TAPEDECK_ADVERTISED_ADDRESS", value_parser = parse_advertised)]
     pub(super) advertised_address: Option<String>,
+    /// Seal ended recordings into an object store, `s3://BUCKET/PREFIX` (credentials, region
+    /// and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
+    /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP) or `file:///PATH`, and serve from there what is not
+    /// on local disk. Default off.
+    #[arg(long, env = "TAPEDECK_OBJECT_STORE")]
+    pub(super) object_store: Option<String>,
+    /// How long a sealed recording's chunks stay on local disk once its copy is verified
+    /// (0s drops them at once). Default: its whole retention.
+    #[arg(long, env = "TAPEDECK_LOCAL_RETENTION", value_parser = parse_duration,
+          requires = "object_store")]
+    pub(super) local_retention: Option<Period>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
     pub(super) tls_cert: Option<PathBuf>,

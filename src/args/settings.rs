@@ -87,6 +87,8 @@ impl ServeArgs {
                     advertised_address,
                 },
             ),
+            object_store: self.object_store,
+            local_retention: self.local_retention.map(Into::into),
         };
         Ok(Settings {
             config,

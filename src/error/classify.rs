@@ -101,9 +101,10 @@ impl Error {
             Error::ChunkTooLarge { .. } | Error::RecordingTooLarge { .. } => Kind::TooLarge,
             Error::TooManyLiveRecordings { .. } => Kind::Busy,
             Error::DiskFull { .. } | Error::StoreFull => Kind::DiskFull,
-            Error::Redirect { .. } | Error::ShuttingDown | Error::ResumeUnsettled { .. } => {
-                Kind::Unavailable
-            }
+            Error::Redirect { .. }
+            | Error::ShuttingDown
+            | Error::ResumeUnsettled { .. }
+            | Error::ObjectStoreUnavailable { .. } => Kind::Unavailable,
             Error::Unauthenticated { .. } => Kind::Unauthenticated,
             Error::PermissionDenied { .. } => Kind::PermissionDenied,
             Error::Shared(inner) => inner.kind(),
@@ -128,6 +129,7 @@ impl Error {
             | Error::BadJwtKey { .. }
             | Error::Locator { .. }
             | Error::Offline { .. }
+            | Error::ObjectStoreSetting { .. }
             | Error::Tls { .. } => Kind::Internal,
         }
     }

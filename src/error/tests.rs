@@ -13,7 +13,7 @@ use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
-const VARIANTS: usize = 54;
+const VARIANTS: usize = 56;
 
 /// How many kinds [`Kind`] has: each one is some variant's.
 const KINDS: usize = 13;
@@ -56,6 +56,8 @@ fn expected(err: &Error) -> (&'static str, Code, StatusCode) {
         Error::Offline { .. } => ("Offline", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Locator { .. } => ("Locator", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Tls { .. } => ("Tls", G::Internal, H::INTERNAL_SERVER_ERROR),
+        Error::ObjectStoreSetting { .. } => ("ObjectStoreSetting", G::Internal, H::INTERNAL_SERVER_ERROR),
+        Error::ObjectStoreUnavailable { .. } => ("ObjectStoreUnavailable", G::Unavailable, H::SERVICE_UNAVAILABLE),
         Error::Superseded => ("Superseded", G::Aborted, H::CONFLICT),
         Error::RecordingEnded => ("RecordingEnded", G::Aborted, H::CONFLICT),
         Error::ShuttingDown => ("ShuttingDown", G::Unavailable, H::SERVICE_UNAVAILABLE),
@@ -161,6 +163,8 @@ async fn every_variant() -> Vec<Error> {
         Error::Offline { reason: reason() },
         Error::Locator { reason: reason() },
         Error::Tls { reason: reason() },
+        Error::ObjectStoreSetting { reason: reason() },
+        Error::ObjectStoreUnavailable { detail: reason() },
         Error::Superseded,
         Error::RecordingEnded,
         Error::ShuttingDown,

@@ -8,9 +8,9 @@ use crate::id::ConversationId;
 use crate::pb::tapedeck::recordings_server::Recordings;
 use crate::pb::tapedeck::{
     DeleteRecordingRequest, DeleteRecordingResponse, GetRecordingRequest, ListRecordingsRequest,
-    ListRecordingsResponse, Recording, RecordingStatus, Tombstone,
+    ListRecordingsResponse, Location, Recording, RecordingStatus, Tombstone,
 };
-use crate::recorder::{Found, Recorder, RecordingInfo, Status as Lifecycle};
+use crate::recorder::{Found, Location as Place, Recorder, RecordingInfo, Status as Lifecycle};
 use crate::store::{Gone, Tombstone as StoredTombstone};
 
 /// The management API over a [`Recorder`].
@@ -100,6 +100,11 @@ fn recording(info: &RecordingInfo) -> Recording {
         live_readers: u32::try_from(info.readers).unwrap_or(u32::MAX),
         producer_attached: info.producer_attached,
         tombstone: None,
+        location: match info.location {
+            Place::Local => Location::Local,
+            Place::LocalAndObjectStore => Location::LocalAndObjectStore,
+            Place::ObjectStore => Location::ObjectStore,
+        } as i32,
     }
 }
 
@@ -125,6 +130,7 @@ fn buried(tombstone: &StoredTombstone) -> Recording {
             collected_at_ms: tombstone.collected_ms as i64,
             forgotten_at_ms: tombstone.forgotten_at_ms as i64,
         }),
+        location: Location::Unspecified as i32,
     }
 }
 

@@ -8,7 +8,8 @@ use super::status::Status;
 use super::tape::Tape;
 use crate::error::Result;
 use crate::id::ConversationId;
-use crate::store::{Lookup, PageToken, RecordingMeta, Tombstone};
+use crate::store::{Lookup, PageToken, RecordingMeta, SealMark, Tombstone};
+use crate::tier::Remote;
 
 /// Largest page a listing returns.
 pub const MAX_PAGE_SIZE: usize = 1000;
@@ -29,6 +30,33 @@ pub struct RecordingInfo {
     pub producer_attached: bool,
     /// Why it ended, for clients.
     pub end_message: Option<String>,
+    /// Where its bytes are kept.
+    pub location: Location,
+}
+
+/// Where a recording's bytes are kept.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Location {
+    /// On this instance's disk.
+    #[default]
+    Local,
+    /// On this instance's disk, and sealed into the object store.
+    LocalAndObjectStore,
+    /// Only in the object store (its local chunks went, or it was never recorded here).
+    ObjectStore,
+}
+
+impl Location {
+    /// Where a stored recording is, by its seal mark.
+    fn of(mark: Option<SealMark>, meta: &RecordingMeta) -> Location {
+        match mark {
+            Some(mark) if mark.generation == meta.generation => match mark.local {
+                true => Location::LocalAndObjectStore,
+                false => Location::ObjectStore,
+            },
+            _ => Location::Local,
+        }
+    }
 }
 
 /// What is known about a conversation.
@@ -55,10 +83,24 @@ pub(super) async fn get(deck: &Deck, id: &ConversationId) -> Result<Found> {
     Ok(match deck.store().lookup(id.key()).await? {
         Lookup::Stored(meta) => {
             let tape = deck.live(id.key());
-            Found::Recording(overlay(meta, tape.as_ref()))
+            let location = match deck.tier() {
+                Some(_) => Location::of(deck.store().seal_mark(id.key()).await?, &meta),
+                None => Location::Local,
+            };
+            Found::Recording(RecordingInfo {
+                location,
+                ..overlay(meta, tape.as_ref())
+            })
         }
         Lookup::Gone(tombstone) => Found::Gone(tombstone),
-        Lookup::Unknown => Found::Unknown,
+        Lookup::Unknown => match deck.remote(id.key()).await? {
+            Some(Remote::Sealed(sealed)) => Found::Recording(RecordingInfo {
+                location: Location::ObjectStore,
+                ..overlay(sealed.header.meta.clone(), None)
+            }),
+            Some(Remote::Gone(tombstone)) => Found::Gone(tombstone),
+            None => Found::Unknown,
+        },
     })
 }
 
@@ -77,10 +119,21 @@ pub(super) async fn list(
         .store()
         .list(after, limit, only, MAX_SCANNED_PER_PAGE)
         .await?;
+    let marks = match deck.tier() {
+        Some(_) => {
+            let keys = page.rows.iter().map(|(key, _)| *key).collect();
+            deck.store().seal_marks(keys).await?
+        }
+        None => vec![None; page.rows.len()],
+    };
     let recordings = page
         .rows
         .into_iter()
-        .map(|(key, meta)| overlay(meta, deck.live(key).as_ref()))
+        .zip(marks)
+        .map(|((key, meta), mark)| RecordingInfo {
+            location: Location::of(mark, &meta),
+            ..overlay(meta, deck.live(key).as_ref())
+        })
         .collect();
     Ok(Listing {
         recordings,
@@ -97,6 +150,7 @@ fn overlay(mut meta: RecordingMeta, tape: Option<&Arc<Tape>>) -> RecordingInfo {
             readers: 0,
             producer_attached: false,
             end_message,
+            location: Location::Local,
         };
     };
     let progress = tape.progress();
@@ -109,5 +163,6 @@ fn overlay(mut meta: RecordingMeta, tape: Option<&Arc<Tape>>) -> RecordingInfo {
         readers: tape.readers(),
         producer_attached: tape.holder().attached,
         end_message,
+        location: Location::Local,
     }
 }

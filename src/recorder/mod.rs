@@ -13,6 +13,7 @@ mod producer;
 mod registry;
 mod replay;
 mod resume;
+pub mod sealer;
 mod status;
 mod stored;
 pub mod streams;
@@ -27,7 +28,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 pub use changes::Changes;
-pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, MAX_PAGE_SIZE, RecordingInfo};
+pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo};
 pub use limits::SizeRefused;
 pub use producer::{Producer, Stopped};
 pub use registry::{Deck, LivePolicy, OnConflict};
@@ -38,6 +39,7 @@ pub use tape::{Holder, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::Store;
+use crate::tier::Tier;
 
 /// Most conversation ids accepted by one live check.
 pub const MAX_CHECK_IDS: usize = 1000;
@@ -82,6 +84,13 @@ impl Recorder {
             shutting_down: Arc::new(AtomicBool::new(false)),
             stopping: CancellationToken::new(),
         }
+    }
+
+    /// This recorder, sealing ended recordings into `tier` and reading there what is not
+    /// local. Set before the recorder is shared.
+    pub fn with_tier(mut self, tier: Tier) -> Self {
+        self.deck.tier = Some(tier);
+        self
     }
 
     /// The live recordings and the store under them.
@@ -216,6 +225,12 @@ impl Recorder {
         }
         let existed = self.deck.store().delete(id.key()).await?;
         self.deck.changes().mark(id.key());
+        // Its sealed copies go too, wherever it was recorded; the answer waits for the object
+        // store, so that "deleted" is true everywhere (and a failure says so, to be retried).
+        let existed = match self.deck.tier() {
+            Some(tier) => tier.delete_copies(id.key(), self.now_ms()).await? || existed,
+            None => existed,
+        };
         if existed || was_live {
             metrics::counter!(crate::metrics::DELETED_RECORDINGS).increment(1);
             tracing::info!(conversation = %id, "recording deleted");

@@ -18,6 +18,7 @@ use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::{Admission, Admit, Admitted, EndIf, Live, LiveRecording, Store, StreamRow};
+use crate::tier::Tier;
 
 /// What a new recording does to a conversation's live one.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -65,6 +66,8 @@ pub(crate) struct Registry {
     grace_tasks: TaskTracker,
     /// Conversations whose recording started, reopened or ended, for the locator.
     pub(super) changes: Changes,
+    /// Conversations whose recording ended, for the sealer.
+    pub(super) ended: Changes,
 }
 
 impl Registry {
@@ -159,6 +162,7 @@ impl Registry {
             drop(tapes);
             self.changed.notify_waiters();
             self.changes.mark(tape.key());
+            self.ended.mark(tape.key());
         }
     }
 
@@ -182,6 +186,8 @@ impl Drop for Registry {
 pub struct Deck {
     pub(super) store: Store,
     pub(super) registry: Arc<Registry>,
+    /// The object store ended recordings are sealed into, when there is one.
+    pub(super) tier: Option<Tier>,
 }
 
 impl Deck {
@@ -195,6 +201,7 @@ impl Deck {
             stopping: CancellationToken::new(),
             grace_tasks: TaskTracker::new(),
             changes: Changes::default(),
+            ended: Changes::default(),
         });
         let now_ms = store.clock().now_ms();
         for recovered in store.take_recovered() {
@@ -214,7 +221,11 @@ impl Deck {
             let reason = "the server restarted".to_string();
             registry.start_grace(&store, &tape, 0, reason);
         }
-        Self { store, registry }
+        Self {
+            store,
+            registry,
+            tier: None,
+        }
     }
 
     /// Stops the grace periods under way and waits for their tasks: at shutdown, detached
@@ -323,6 +334,16 @@ impl Deck {
     /// Conversations whose recording started, reopened, ended or was deleted.
     pub fn changes(&self) -> &Changes {
         &self.registry.changes
+    }
+
+    /// Conversations whose recording ended (or was deleted), for the sealer.
+    pub(crate) fn ended(&self) -> &Changes {
+        &self.registry.ended
+    }
+
+    /// The object store ended recordings are sealed into, if there is one.
+    pub fn tier(&self) -> Option<&Tier> {
+        self.tier.as_ref()
     }
 
     /// Resolves at the next change of the registry. Enable it (or poll it) before looking, so

@@ -1,8 +1,11 @@
 //! What the faces and the locator may ask of what is stored, through the recorder: rows of
-//! conversations, and the store's clock (so that nothing above the recorder reaches the store).
+//! conversations, and the store's clock (so that nothing above the recorder reaches the store);
+//! and what the object store holds of a conversation that is not (or no longer) local.
 use super::Recorder;
-use crate::error::Result;
+use super::registry::Deck;
+use crate::error::{Error, Result};
 use crate::store::RecordingMeta;
+use crate::tier::{Remote, Version};
 
 impl Recorder {
     /// The stored rows of conversations `keys`, in order, in one read (`None` where there is
@@ -16,5 +19,55 @@ impl Recorder {
     /// Now, in ms since the epoch, by the store's clock (injectable in tests).
     pub fn now_ms(&self) -> u64 {
         self.deck.store().clock().now_ms()
+    }
+}
+
+impl Deck {
+    /// What the object store holds of conversation `key`, which is not stored here; `None`
+    /// without an object store.
+    ///
+    /// Fails with `ObjectStoreUnavailable` when the object store does not answer.
+    pub(crate) async fn remote(&self, key: u128) -> Result<Option<Remote>> {
+        match &self.tier {
+            Some(tier) => tier.find(key, self.store.clock().now_ms()).await,
+            None => Ok(None),
+        }
+    }
+
+    /// What the object store holds of ended recording `meta` of `key` when its chunks left
+    /// local disk (so that it is read from there): its sealed copy, or, once that was deleted
+    /// or collected by any instance, its tombstone. `None` while its chunks are local.
+    ///
+    /// Fails with `ObjectStoreUnavailable` (also when the copy its mark names is missing and
+    /// no tombstone says why), or a storage error.
+    pub(crate) async fn sealed_elsewhere(
+        &self,
+        key: u128,
+        meta: &RecordingMeta,
+    ) -> Result<Option<Remote>> {
+        let Some(tier) = &self.tier else {
+            return Ok(None);
+        };
+        let Some(mark) = self.store.seal_mark(key).await? else {
+            return Ok(None);
+        };
+        if mark.local || mark.generation != meta.generation {
+            return Ok(None);
+        }
+        let version = Version {
+            created_ms: meta.created_ms,
+            generation: mark.generation,
+            finished_ms: mark.finished_ms,
+        };
+        if let Some(sealed) = tier.open_sealed(key, version).await? {
+            return Ok(Some(Remote::Sealed(sealed)));
+        }
+        match self.remote(key).await? {
+            Some(remote) => Ok(Some(remote)),
+            None => Err(Error::ObjectStoreUnavailable {
+                detail: "the sealed copy of a recording whose chunks left local disk is missing"
+                    .into(),
+            }),
+        }
     }
 }

@@ -34,12 +34,21 @@ pub async fn run(
         }
         match swept {
             Ok(report) if report.recordings_deleted > 0 => tracing::info!(
-                deck = report.recordings_deleted,
+                recordings = report.recordings_deleted,
                 chunks = report.chunks_deleted,
-                "collected expired deck"
+                "collected expired recordings"
             ),
             Ok(_) => {}
             Err(err) => tracing::warn!(error = %err, "sweep failed; retrying next interval"),
+        }
+        if let Some(tier) = deck.tier() {
+            match tier.collect_expired(deck.store().clock().now_ms()).await {
+                Ok(collected) => {
+                    metrics::counter!(metric::OBJECT_STORE_COLLECTED).increment(collected.copies);
+                }
+                Err(err) => tracing::warn!(error = %err,
+                    "collecting expired copies in the object store failed; retrying next interval"),
+            }
         }
     }
 }

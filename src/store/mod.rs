@@ -43,6 +43,8 @@ mod publish;
 mod reads;
 mod recovery;
 pub mod schema;
+mod seal_marks;
+mod sealing;
 mod segment;
 mod stored;
 mod stream_row;
@@ -76,6 +78,8 @@ pub use options::{
 use pipeline::{Writer, WriterSettings};
 pub use recovery::RecoveredLive;
 pub use schema::{Gone, RecordingMeta, Tombstone};
+pub use seal_marks::{SealMark, Sealing};
+pub use sealing::{RecordingCopy, ScheduleCursor};
 pub use stream_row::{ForkOf, ProducerStamp, ProducerState, StreamRow};
 
 /// Ops waiting for the writer; a full queue makes producers wait (backpressure).

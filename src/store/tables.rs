@@ -4,6 +4,7 @@
 //! recording (a sweep of many is in `sweep`; the `streams` rows and their fork counts in
 //! `streams`).
 mod folds;
+mod seals;
 mod streams;
 mod sweep;
 
@@ -18,6 +19,7 @@ use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, RECORDINGS, RecordingMeta, STARTED, TOMBSTONE_EXPIRY,
     TOMBSTONES, decode_meta, decode_tombstone, encode_tombstone,
 };
+use super::seal_marks::SEALED;
 use super::segment::{self, Segment};
 use super::stream_row::STREAMS;
 use super::wal::{Logged, Redo, TableId};
@@ -45,6 +47,7 @@ pub(super) struct Tables<'a, 'txn> {
     tombstones: Logged<'a, 'txn, u128, &'static [u8]>,
     tombstone_expiry: Logged<'a, 'txn, (u64, u128), ()>,
     streams: Logged<'a, 'txn, u128, &'static [u8]>,
+    sealed: Logged<'a, 'txn, u128, &'static [u8]>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     redo: &'a Redo,
@@ -73,6 +76,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             tombstones: Logged::open(txn, TOMBSTONES, TableId::Tombstones, redo)?,
             tombstone_expiry: Logged::open(txn, TOMBSTONE_EXPIRY, TableId::TombstoneExpiry, redo)?,
             streams: Logged::open(txn, STREAMS, TableId::Streams, redo)?,
+            sealed: Logged::open(txn, SEALED, TableId::Sealed, redo)?,
             index,
             delta,
             redo,
@@ -129,7 +133,8 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         if let Some(expires) = expires {
             self.expiry.remove((expires, key)).map_err(Error::storage)?;
         }
-        Ok(())
+        // Its copy in the object store holds less than it will: it is sealed again when it ends.
+        self.forget_seal(key)
     }
 
     /// Stores one chunk of recording `generation` of `key`: in the journal (logged, and kept in
@@ -291,6 +296,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             .remove((old.created_ms, key))
             .map_err(Error::storage)?;
         self.set_meta(key, None);
+        self.forget_seal(key)?;
         if let Some(row) = self.stream_row(key)? {
             self.streams.remove(key).map_err(Error::storage)?;
             if let Some(fork) = row.fork {

@@ -65,6 +65,11 @@ enum Source {
     },
     /// A finished recording; its committed state is fixed.
     Finished { progress: Progress },
+    /// A finished recording read from its sealed copy in the object store.
+    Sealed {
+        progress: Progress,
+        sealed: Arc<crate::tier::Sealed>,
+    },
 }
 
 /// A reader's position in one recording.
@@ -199,7 +204,7 @@ impl Replay {
     fn progress(&mut self) -> Progress {
         match &mut self.source {
             Source::Live { progress, .. } => *progress.borrow_and_update(),
-            Source::Finished { progress } => *progress,
+            Source::Finished { progress } | Source::Sealed { progress, .. } => *progress,
         }
     }
 

@@ -5,7 +5,10 @@ use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::registry::Deck;
 use crate::recorder::status::{Progress, Status};
-use crate::store::Lookup;
+use crate::store::{Gone, Lookup, Tombstone};
+use crate::tier::{Remote, Sealed};
+
+use std::sync::Arc;
 
 impl Replay {
     pub(in crate::recorder) async fn open(
@@ -81,19 +84,24 @@ impl Replay {
                     return Err(not_found(Absence::Deleted { at_ms }));
                 }
                 Lookup::Stored(meta) => meta,
-                Lookup::Gone(tombstone) => {
-                    return Err(not_found(match tombstone.gone {
-                        crate::store::Gone::Deleted => Absence::Deleted {
-                            at_ms: tombstone.collected_ms,
-                        },
-                        crate::store::Gone::Expired => Absence::Expired {
-                            finished_ms: tombstone.finished_ms,
-                            collected_ms: tombstone.collected_ms,
-                        },
-                    }));
-                }
-                Lookup::Unknown => return Err(not_found(Absence::Unknown)),
+                Lookup::Gone(tombstone) => return Err(not_found(absence_of(&tombstone))),
+                Lookup::Unknown => match deck.remote(id.key()).await? {
+                    Some(Remote::Sealed(sealed)) => return Ok(Self::sealed(sealed)),
+                    Some(Remote::Gone(tombstone)) => {
+                        return Err(not_found(absence_of(&tombstone)));
+                    }
+                    None => return Err(not_found(Absence::Unknown)),
+                },
             };
+            if !meta.status.is_live() {
+                match deck.sealed_elsewhere(id.key(), &meta).await? {
+                    Some(Remote::Sealed(sealed)) => return Ok(Self::sealed(sealed)),
+                    Some(Remote::Gone(tombstone)) => {
+                        return Err(not_found(absence_of(&tombstone)));
+                    }
+                    None => {}
+                }
+            }
             if meta.status.is_live() && tokio::time::timeout_at(deadline, changed).await.is_ok() {
                 continue;
             }
@@ -108,5 +116,30 @@ impl Replay {
             };
             return Ok((Source::Finished { progress }, meta.generation));
         }
+    }
+
+    /// A sealed copy, read from the object store.
+    fn sealed(sealed: Arc<Sealed>) -> (Source, u64) {
+        let meta = &sealed.header.meta;
+        let progress = Progress {
+            chunks: meta.chunk_count,
+            bytes: meta.byte_len,
+            status: meta.status,
+        };
+        let generation = meta.generation;
+        (Source::Sealed { progress, sealed }, generation)
+    }
+}
+
+/// Why a conversation whose recording left `tombstone` has none.
+fn absence_of(tombstone: &Tombstone) -> Absence {
+    match tombstone.gone {
+        Gone::Deleted => Absence::Deleted {
+            at_ms: tombstone.collected_ms,
+        },
+        Gone::Expired => Absence::Expired {
+            finished_ms: tombstone.finished_ms,
+            collected_ms: tombstone.collected_ms,
+        },
     }
 }

@@ -23,12 +23,15 @@ impl Replay {
                 .rev()
                 .find(|c| c.offset <= offset)
                 .map_or(0, |c| c.index),
-            _ => {
-                self.deck
-                    .store()
-                    .locate(self.key, self.generation, progress.chunks, offset)
-                    .await?
-            }
+            _ => match &self.source {
+                Source::Sealed { sealed, .. } => sealed.locate(offset),
+                _ => {
+                    self.deck
+                        .store()
+                        .locate(self.key, self.generation, progress.chunks, offset)
+                        .await?
+                }
+            },
         };
         self.next_index = index;
         let chunk = self.read_from(index, 1).await?;
@@ -44,13 +47,16 @@ impl Replay {
     fn tail_chunks(&self, from: u64) -> Option<Vec<Chunk>> {
         match &self.source {
             Source::Live { tape, .. } => tape.tail_from(from),
-            Source::Finished { .. } => None,
+            Source::Finished { .. } | Source::Sealed { .. } => None,
         }
     }
 
     /// Committed chunks from `index` on: from the live tail when it still holds them, else
-    /// from the store.
+    /// from the store (or the object store, for a sealed copy read there).
     pub(super) async fn read_from(&self, index: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
+        if let Source::Sealed { sealed, .. } = &self.source {
+            return sealed.read_chunks(index, max_bytes).await;
+        }
         if let Some(chunks) = self.tail_chunks(index)
             && !chunks.is_empty()
         {

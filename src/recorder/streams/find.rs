@@ -9,6 +9,7 @@ use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::Status;
 use crate::store::Lookup;
+use crate::tier::Remote;
 
 impl Streams {
     /// What is at stream `id`, loading its handle from the store if this run has not yet.
@@ -54,6 +55,7 @@ impl Streams {
         let store = self.recorder.deck().store();
         let meta = match store.lookup(id.key()).await? {
             Lookup::Stored(meta) if meta.status != Status::Deleted => meta,
+            Lookup::Unknown => return self.load_sealed(id).await,
             _ => return Ok(StreamAt::Missing),
         };
         let Some(row) = store.stream_row(id.key()).await? else {
@@ -83,6 +85,35 @@ impl Streams {
                 Err(err) => return Err(err),
             }
         }
+        self.register(id, state).await
+    }
+
+    /// A stream that only the object store holds (sealed, so closed), loaded from its copy.
+    async fn load_sealed(&self, id: &ConversationId) -> Result<StreamAt> {
+        let Some(Remote::Sealed(sealed)) = self.recorder.deck().remote(id.key()).await? else {
+            return Ok(StreamAt::Missing);
+        };
+        let meta = &sealed.header.meta;
+        let Some(row) = sealed.header.stream_row.clone() else {
+            return Ok(StreamAt::Recording);
+        };
+        if row.soft_deleted {
+            return Ok(StreamAt::SoftDeleted);
+        }
+        let state = State {
+            row,
+            generation: meta.generation,
+            writer: None,
+            own: meta.byte_len,
+            closed: true,
+            gone: false,
+            touched_ms: self.now_ms(),
+        };
+        self.register(id, state).await
+    }
+
+    /// The handle of a stream just loaded as `state`, unless another load registered one.
+    async fn register(&self, id: &ConversationId, state: State) -> Result<StreamAt> {
         let handle = Arc::new(Handle {
             id: id.clone(),
             state: tokio::sync::Mutex::new(state),

@@ -7,6 +7,7 @@ use super::{StreamRefused, Streams};
 use crate::error::Result;
 use crate::id::ConversationId;
 use crate::store::{ForkOf, Lookup};
+use crate::tier::Remote;
 
 /// A stream as a read finds it.
 #[derive(Debug, Clone)]
@@ -81,7 +82,11 @@ impl Streams {
             Some(tape) => (tape.progress().bytes, false),
             None => match self.recorder.deck().store().lookup(id.key()).await? {
                 Lookup::Stored(meta) => (meta.byte_len, !meta.status.is_live()),
-                _ => return Err(StreamRefused::Missing),
+                Lookup::Unknown => match self.recorder.deck().remote(id.key()).await? {
+                    Some(Remote::Sealed(sealed)) => (sealed.header.meta.byte_len, true),
+                    _ => return Err(StreamRefused::Missing),
+                },
+                Lookup::Gone(_) => return Err(StreamRefused::Missing),
             },
         };
         Ok(StreamSnapshot {

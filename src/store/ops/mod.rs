@@ -9,6 +9,7 @@ mod delete;
 mod finish;
 mod purge;
 mod put_row;
+mod seal;
 mod start;
 mod sweep;
 
@@ -20,6 +21,7 @@ pub use sweep::SweepReport;
 
 use super::live::{Admit, Chunk, Live, Resumed};
 use super::pipeline::WriterSettings;
+use super::seal_marks::Sealing;
 use super::tables::Tables;
 use crate::error::Result;
 use crate::id::ConversationId;
@@ -96,6 +98,16 @@ pub(crate) enum Op {
         row: Option<Vec<u8>>,
         done: Done<bool>,
     },
+    /// Marks an ended recording (`generation`, ended at `finished_ms`) sealed in the object
+    /// store, dropping its local chunks with `drop_local`; answers whether the copy is still
+    /// the recording's.
+    Seal {
+        key: u128,
+        generation: u64,
+        finished_ms: u64,
+        drop_local: bool,
+        done: Done<Sealing>,
+    },
     /// Ops applied in order in one transaction: all of them are committed, or none.
     Together(Vec<Op>),
     /// Makes everything committed so far durable in redb and empties the write-ahead log.
@@ -153,6 +165,13 @@ impl Op {
             } => purge::apply(cx, key, max_chunks, done),
             Op::Sweep { max_chunks, done } => sweep::apply(cx, max_chunks, done),
             Op::PutStreamRow { key, row, done } => put_row::apply(cx, key, row, done),
+            Op::Seal {
+                key,
+                generation,
+                finished_ms,
+                drop_local,
+                done,
+            } => seal::apply(cx, key, (generation, finished_ms), drop_local, done),
             Op::Together(ops) => {
                 let mut ops = ops.into_iter();
                 while let Some(op) = ops.next() {
@@ -185,6 +204,7 @@ impl Op {
                 into.push((Box::new(done), None))
             }
             Op::Sweep { done, .. } => into.push((Box::new(done), None)),
+            Op::Seal { done, .. } => into.push((Box::new(done), None)),
             Op::Together(ops) => ops.into_iter().for_each(|op| op.abandon(into)),
             Op::Checkpoint { done } => into.push((Box::new(done), None)),
             Op::Close => {}

@@ -32,6 +32,7 @@ pub(crate) enum TableId {
     Tombstones = 5,
     TombstoneExpiry = 6,
     Streams = 7,
+    Sealed = 8,
 }
 
 impl TableId {
@@ -45,6 +46,7 @@ impl TableId {
             5 => TableId::Tombstones,
             6 => TableId::TombstoneExpiry,
             7 => TableId::Streams,
+            8 => TableId::Sealed,
             other => return Err(damaged(format!("unknown table {other}"))),
         })
     }

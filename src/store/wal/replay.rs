@@ -19,6 +19,7 @@ use crate::store::schema::{
     self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION_KEY, STARTED, TOMBSTONE_EXPIRY,
     TOMBSTONES,
 };
+use crate::store::seal_marks::SEALED;
 use crate::store::segment::{self, Segment};
 use crate::store::stream_row::STREAMS;
 
@@ -161,6 +162,7 @@ struct ReplayTables<'txn, 'u> {
     tombstones: Table<'txn, u128, &'static [u8]>,
     tombstone_expiry: Table<'txn, (u64, u128), ()>,
     streams: Table<'txn, u128, &'static [u8]>,
+    sealed: Table<'txn, u128, &'static [u8]>,
     /// Whether the log may hold legacy folds (written before schema 4).
     legacy_folds: bool,
     /// Each recording's unfolded chunks so far.
@@ -184,6 +186,7 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
             tombstones: txn.open_table(TOMBSTONES).map_err(Error::storage)?,
             tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
             streams: txn.open_table(STREAMS).map_err(Error::storage)?,
+            sealed: txn.open_table(SEALED).map_err(Error::storage)?,
         })
     }
 
@@ -222,6 +225,7 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
                 TableId::Tombstones => redo(&mut self.tombstones, &edit),
                 TableId::TombstoneExpiry => redo(&mut self.tombstone_expiry, &edit),
                 TableId::Streams => redo(&mut self.streams, &edit),
+                TableId::Sealed => redo(&mut self.sealed, &edit),
             }
             .map_err(Error::storage)?;
         }

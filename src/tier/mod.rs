@@ -1,0 +1,186 @@
+//! The object-store tier: ended recordings sealed into an object store (any S3-compatible
+//! store, or a local directory), so that they outlive the disk and the instance that recorded
+//! them, and are read from there by any instance.
+//!
+//! # Layout
+//! - `keys`: the object names (no raw id ever reaches one); `sealed`: a sealed recording's
+//!   object (header, then bytes).
+//! - `seal`: upload, then read back and verify. The recorder's sealer (`recorder/sealer.rs`)
+//!   drives it for every ended recording and has the store mark what was verified.
+//! - `remote`: finding and reading a sealed recording (range reads); `collect`: delete, and
+//!   the expiry of copies whose recorder may be gone (any instance collects; racing
+//!   collectors are harmless).
+mod collect;
+mod keys;
+mod remote;
+mod seal;
+pub mod sealed;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ClientOptions, ObjectMeta, ObjectStore, PutPayload, RetryConfig};
+
+pub use collect::Collected;
+pub use keys::{Keys, Version};
+pub use remote::{Remote, Sealed};
+pub use seal::{Step, Upload};
+
+use crate::error::{Error, Result};
+
+/// An object store holding sealed recordings under one prefix. Cheap to clone.
+#[derive(Clone)]
+pub struct Tier {
+    objects: Arc<dyn ObjectStore>,
+    keys: Keys,
+    /// The store as configured, for logs: the URL without credentials (they come only from
+    /// the environment).
+    describe: Arc<str>,
+    /// How long a tombstone left here answers "deleted" or "expired".
+    tombstone_ms: u64,
+}
+
+impl std::fmt::Debug for Tier {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tier")
+            .field("store", &self.describe)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Tier {
+    /// The tier at `url`: `s3://BUCKET/PREFIX` (credentials, region and endpoint from the
+    /// standard `AWS_*` variables) or `file:///PATH`.
+    ///
+    /// Fails with `ObjectStoreSetting` naming what is wrong (never a credential).
+    pub fn open(url: &str) -> Result<Tier> {
+        let bad = |reason: String| Error::ObjectStoreSetting { reason };
+        let (objects, prefix): (Arc<dyn ObjectStore>, &str) =
+            if let Some(rest) = url.strip_prefix("s3://") {
+                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+                if bucket.is_empty() {
+                    return Err(bad(format!(
+                        "{url:?} names no bucket; use s3://BUCKET/PREFIX"
+                    )));
+                }
+                let store = object_store::aws::AmazonS3Builder::from_env()
+                    .with_bucket_name(bucket)
+                    .with_client_options(client_options())
+                    .with_retry(retry())
+                    .build()
+                    .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
+                (Arc::new(store), prefix)
+            } else if let Some(path) = url.strip_prefix("file://") {
+                if !path.starts_with('/') {
+                    return Err(bad(format!("{url:?} is not absolute; use file:///PATH")));
+                }
+                std::fs::create_dir_all(path)
+                    .map_err(|err| bad(format!("cannot create {path}: {err}")))?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+                    .map_err(|err| bad(format!("cannot use {path}: {err}")))?;
+                (Arc::new(store), "")
+            } else {
+                return Err(bad(format!(
+                    "{url:?} is neither s3://BUCKET/PREFIX nor file:///PATH"
+                )));
+            };
+        let prefix = Path::parse(prefix.trim_matches('/'))
+            .map_err(|err| bad(format!("the prefix in {url:?} is not a valid key: {err}")))?;
+        Ok(Tier {
+            objects,
+            keys: Keys::new(prefix),
+            describe: url.into(),
+            tombstone_ms: 24 * 60 * 60 * 1000,
+        })
+    }
+
+    /// This tier, keeping the tombstones it leaves for `keep` (`--tombstone-retention`).
+    pub fn with_tombstone_retention(mut self, keep: Duration) -> Self {
+        self.tombstone_ms = keep.as_millis() as u64;
+        self
+    }
+
+    /// Whether listings come in name order (S3 does; a local directory does not).
+    fn lists_in_order(&self) -> bool {
+        self.describe.starts_with("s3://")
+    }
+
+    /// The configured URL (it holds no credential).
+    pub fn describe(&self) -> &str {
+        &self.describe
+    }
+
+    /// The object names.
+    pub fn keys(&self) -> &Keys {
+        &self.keys
+    }
+
+    async fn put(&self, path: &Path, bytes: bytes::Bytes) -> Result<()> {
+        self.objects
+            .put(path, PutPayload::from_bytes(bytes))
+            .await
+            .map(drop)
+            .map_err(unavailable)
+    }
+
+    /// The object at `path`, or `None` if there is none.
+    async fn get(&self, path: &Path) -> Result<Option<bytes::Bytes>> {
+        match self.objects.get(path).await {
+            Ok(got) => got.bytes().await.map(Some).map_err(unavailable),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(err) => Err(unavailable(err)),
+        }
+    }
+
+    async fn get_range(&self, path: &Path, range: std::ops::Range<u64>) -> Result<bytes::Bytes> {
+        self.objects
+            .get_range(path, range)
+            .await
+            .map_err(unavailable)
+    }
+
+    /// Deletes `path`; one that is already gone is no failure (collectors race).
+    async fn delete(&self, path: &Path) -> Result<()> {
+        match self.objects.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(err) => Err(unavailable(err)),
+        }
+    }
+
+    /// Every object under `prefix`, in name order.
+    async fn list(&self, prefix: &Path) -> Result<Vec<ObjectMeta>> {
+        let mut listed: Vec<ObjectMeta> = self
+            .objects
+            .list(Some(prefix))
+            .try_collect()
+            .await
+            .map_err(unavailable)?;
+        // S3 lists in name order; a local directory does not.
+        listed.sort_by(|a, b| a.location.cmp(&b.location));
+        Ok(listed)
+    }
+}
+
+/// Connections fail fast: a read of what only the store holds answers UNAVAILABLE promptly,
+/// and the sealer retries on its own schedule.
+fn client_options() -> ClientOptions {
+    ClientOptions::new()
+        .with_connect_timeout(Duration::from_secs(2))
+        .with_timeout(Duration::from_secs(30))
+}
+
+fn retry() -> RetryConfig {
+    RetryConfig {
+        max_retries: 2,
+        retry_timeout: Duration::from_secs(5),
+        ..RetryConfig::default()
+    }
+}
+
+fn unavailable(err: object_store::Error) -> Error {
+    Error::ObjectStoreUnavailable {
+        detail: err.to_string(),
+    }
+}

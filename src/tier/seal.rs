@@ -1,0 +1,81 @@
+//! Sealing one ended recording: its expiry marker first (so that even a copy never marked is
+//! collected in time), then the object, then a read-back that must match byte for byte.
+//! Only then may the store mark it; every step may be repeated after a crash (the names are
+//! the recording's own, so a repeat overwrites with the same bytes).
+use bytes::Bytes;
+
+use super::sealed::{self, Header};
+use super::{Tier, Version};
+use crate::error::{Error, Result};
+use crate::store::RecordingCopy;
+
+/// The steps of a seal, in order, for logs and for the crash tests' stopping points.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step {
+    /// The object is written.
+    Uploaded,
+    /// It was read back and matched.
+    Verified,
+    /// The store marked it (the recording's row says it is sealed).
+    Marked,
+}
+
+impl Step {
+    /// Its name, as `TAPEDECK_TEST_SEAL_STOP` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Step::Uploaded => "uploaded",
+            Step::Verified => "verified",
+            Step::Marked => "marked",
+        }
+    }
+}
+
+/// What a seal wrote.
+#[derive(Debug, Clone)]
+pub struct Upload {
+    /// The copy's name.
+    pub version: Version,
+    /// The object's size.
+    pub bytes: u64,
+}
+
+impl Tier {
+    /// The version `copy` is sealed as.
+    pub fn version_of(copy: &RecordingCopy) -> Result<Version> {
+        let finished_ms = copy.meta.finished_ms.ok_or_else(|| Error::Corrupt {
+            detail: "an ended recording has no end time".into(),
+        })?;
+        Ok(Version {
+            created_ms: copy.meta.created_ms,
+            generation: copy.meta.generation,
+            finished_ms,
+        })
+    }
+
+    /// Writes `copy` of conversation `key` and its expiry marker.
+    ///
+    /// Fails with `ObjectStoreUnavailable`.
+    pub async fn upload(&self, key: u128, copy: &RecordingCopy) -> Result<(Upload, Header)> {
+        let version = Self::version_of(copy)?;
+        let (object, header) = sealed::encode(key, copy)?;
+        let expires_ms = copy.meta.expires_at_ms.unwrap_or(u64::MAX);
+        self.put(&self.keys.expiry(expires_ms, key, version), Bytes::new())
+            .await?;
+        let bytes = object.len() as u64;
+        self.put(&self.keys.recording(key, version), object).await?;
+        Ok((Upload { version, bytes }, header))
+    }
+
+    /// Whether the copy written by [`upload`](Self::upload) reads back exactly as `header`
+    /// says: the header equal, the data's length and CRC-32 right.
+    ///
+    /// Fails with `ObjectStoreUnavailable`.
+    pub async fn verify(&self, key: u128, upload: &Upload, header: &Header) -> Result<bool> {
+        let path = self.keys.recording(key, upload.version);
+        match self.get(&path).await? {
+            Some(object) => sealed::verify(&object, header),
+            None => Ok(false),
+        }
+    }
+}
