@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
 use tapedeck::client::Passage;
-use tapedeck::pb::tapedeck::{Recording, RecordingStatus};
+use tapedeck::pb::tapedeck::{Location, Recording, RecordingStatus};
 
 use super::escape;
 
@@ -46,12 +46,24 @@ pub(crate) fn recording_json(r: &Recording) -> Value {
         "end_message": r.end_message,
         "live_readers": r.live_readers,
         "producer_attached": r.producer_attached,
+        "location": location_name(r.location),
         "tombstone": r.tombstone.as_ref().map(|t| json!({
             "final_status": status_name(t.final_status),
             "collected_at_ms": t.collected_at_ms,
             "forgotten_at_ms": t.forgotten_at_ms,
         })),
     })
+}
+
+/// Where a recording is kept, as the CLI prints it: `local`, `local+object-store`,
+/// `object-store`, or empty for a tombstone.
+fn location_name(location: i32) -> &'static str {
+    match Location::try_from(location) {
+        Ok(Location::Local) => "local",
+        Ok(Location::LocalAndObjectStore) => "local+object-store",
+        Ok(Location::ObjectStore) => "object-store",
+        Ok(Location::Unspecified) | Err(_) => "",
+    }
 }
 
 /// Recordings as a JSON array, or as a table with a header line.
@@ -70,18 +82,19 @@ pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) ->
         .max("CONVERSATION".len());
     writeln!(
         out,
-        "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  CREATED",
-        "CONVERSATION", "STATUS", "BYTES", "CHUNKS", "READERS"
+        "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {:<18}  CREATED",
+        "CONVERSATION", "STATUS", "BYTES", "CHUNKS", "READERS", "WHERE"
     )?;
     for (r, id) in all.iter().zip(shown) {
         writeln!(
             out,
-            "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {}",
+            "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {:<18}  {}",
             id,
             status_name(r.status),
             r.byte_length,
             r.chunk_count,
             r.live_readers,
+            location_name(r.location),
             tapedeck::clock::rfc3339(r.created_at_ms.max(0) as u64),
         )?;
     }

@@ -174,13 +174,20 @@ impl Locator {
     }
 
     /// Where calls about conversation `key` go: here when its recording is live here;
-    /// otherwise to the instance that registered it, if that is another one.
+    /// otherwise to the instance that registered it, if that is another one, unless it has
+    /// ended and the object store holds it (its owner may be gone: any instance serves it).
     pub async fn route(&self, recorder: &Recorder, key: u128) -> Route {
         if recorder.deck().live(key).is_some() {
             return Route::Here;
         }
         match self.owner(key).await {
-            Some(owner) if owner.instance != self.inner.instance => Route::There(owner),
+            Some(owner) if owner.instance != self.inner.instance => {
+                if !owner.live && recorder.in_object_store(key).await {
+                    Route::Here
+                } else {
+                    Route::There(owner)
+                }
+            }
             _ => Route::Here,
         }
     }

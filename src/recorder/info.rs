@@ -1,15 +1,20 @@
 //! What is known about recordings, for the management API: one conversation's recording (with
 //! what only the live registry knows: its readers, whether a producer is attached) or its
-//! tombstone, and pages of recordings in start order.
+//! tombstone, and pages of recordings in start order, then (with an object store) pages of
+//! what only the object store holds, in key order.
 use std::sync::Arc;
 
 use super::registry::Deck;
 use super::status::Status;
 use super::tape::Tape;
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::{Lookup, PageToken, RecordingMeta, SealMark, Tombstone};
-use crate::tier::Remote;
+use crate::tier::{Remote, Tier};
+
+/// Page tokens of the object store's part of a listing start with this (a local token is
+/// only hex digits).
+const OBJECT_STORE_PAGES: &str = "os";
 
 /// Largest page a listing returns.
 pub const MAX_PAGE_SIZE: usize = 1000;
@@ -110,11 +115,16 @@ pub(super) async fn list(
     page_size: usize,
     only: Option<Status>,
 ) -> Result<Listing> {
-    let after = page_token.map(PageToken::decode).transpose()?;
     let limit = match page_size {
         0 => DEFAULT_PAGE_SIZE,
         size => size.min(MAX_PAGE_SIZE),
     };
+    if let Some(tier) = deck.tier()
+        && let Some(after) = page_token.and_then(|token| token.strip_prefix(OBJECT_STORE_PAGES))
+    {
+        return list_sealed(deck, tier, after, limit, only).await;
+    }
+    let after = page_token.map(PageToken::decode).transpose()?;
     let page = deck
         .store()
         .list(after, limit, only, MAX_SCANNED_PER_PAGE)
@@ -135,9 +145,62 @@ pub(super) async fn list(
             ..overlay(meta, deck.live(key).as_ref())
         })
         .collect();
+    // After the last local page, the object store's (what other instances sealed).
+    let next_page_token = match page.next {
+        Some(token) => Some(token.encode()),
+        None if deck.tier().is_some() => Some(OBJECT_STORE_PAGES.to_string()),
+        None => None,
+    };
     Ok(Listing {
         recordings,
-        next_page_token: page.next.map(|token| token.encode()),
+        next_page_token,
+    })
+}
+
+/// A page of the recordings only the object store holds, in key order after the key `after`
+/// names (32 hex digits; empty for the first page). Each row costs one ranged read of its
+/// header, `limit` at most.
+async fn list_sealed(
+    deck: &Deck,
+    tier: &Tier,
+    after: &str,
+    limit: usize,
+    only: Option<Status>,
+) -> Result<Listing> {
+    let after = match after {
+        "" => None,
+        hex if hex.len() == 32 => {
+            Some(u128::from_str_radix(hex, 16).map_err(|_| Error::BadPageToken)?)
+        }
+        _ => return Err(Error::BadPageToken),
+    };
+    let (versions, more) = tier.list_keys(after, limit).await?;
+    let last = versions.last().map(|(key, _)| *key);
+    let keys: Vec<u128> = versions.iter().map(|(key, _)| *key).collect();
+    // What is stored here was listed already, from its local row.
+    let local = deck.store().metas(keys).await?;
+    let elsewhere = versions
+        .into_iter()
+        .zip(local)
+        .filter(|(_, row)| row.is_none())
+        .map(|(version, _)| version)
+        .collect();
+    let recordings = tier
+        .open_many(elsewhere)
+        .await?
+        .into_iter()
+        .map(|sealed| sealed.header.meta.clone())
+        .filter(|meta| only.is_none_or(|status| meta.status == status))
+        .map(|meta| RecordingInfo {
+            location: Location::ObjectStore,
+            ..overlay(meta, None)
+        })
+        .collect();
+    Ok(Listing {
+        recordings,
+        next_page_token: last
+            .filter(|_| more)
+            .map(|key| format!("{OBJECT_STORE_PAGES}{key:032x}")),
     })
 }
 

@@ -16,6 +16,12 @@ impl Recorder {
         self.deck.store().metas(keys).await
     }
 
+    /// Whether the object store holds a sealed copy of conversation `key` (`false` without one,
+    /// or when it does not answer).
+    pub async fn in_object_store(&self, key: u128) -> bool {
+        matches!(self.deck.remote(key).await, Ok(Some(Remote::Sealed(_))))
+    }
+
     /// Now, in ms since the epoch, by the store's clock (injectable in tests).
     pub fn now_ms(&self) -> u64 {
         self.deck.store().clock().now_ms()

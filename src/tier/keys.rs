@@ -106,6 +106,14 @@ impl Keys {
         Version::parse(path.filename()?)
     }
 
+    /// `(key, version)` of a sealed copy's name.
+    pub fn parse_recording(&self, path: &Path) -> Option<(u128, Version)> {
+        match self.rest(path, "recordings")?.as_slice() {
+            [key, version] => Some((parse_hex(key)?, Version::parse(version)?)),
+            _ => None,
+        }
+    }
+
     /// `(expires at, key, version)` of an expiry marker's name.
     pub fn parse_expiry(&self, path: &Path) -> Option<(u64, u128, Version)> {
         let rest: Vec<_> = self.rest(path, "expiry")?;
@@ -212,6 +220,7 @@ mod tests {
         let (a, b) = (keys().recording(key, older), keys().recording(key, newer));
         assert!(a.as_ref() < b.as_ref());
         assert_eq!(keys().version_of(&b), Some(newer));
+        assert_eq!(keys().parse_recording(&b), Some((key, newer)));
         let marker = keys().expiry(42, key, newer);
         assert_eq!(keys().parse_expiry(&marker), Some((42, key, newer)));
         assert_eq!(keys().parse_forget(&keys().forget(7, key)), Some((7, key)));
