@@ -77,6 +77,9 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                     "segments": stats.segments,
                     "journal_backlog": stats.journal_backlog,
                     "tombstones": stats.tombstones,
+                    "sealed": stats.sealed,
+                    "sealed_remote_only": stats.sealed_remote_only,
+                    "seal_backlog": stats.seal_backlog,
                     "live_bytes": stats.live_bytes,
                     "file_bytes": stats.file_bytes,
                     "log_bytes": stats.log_bytes,
@@ -99,6 +102,11 @@ fn execute(command: DbCommand) -> Result<ExitCode> {
                 writeln!(out, "segments:        {}", stats.segments)?;
                 writeln!(out, "journal backlog: {} entries", stats.journal_backlog)?;
                 writeln!(out, "tombstones:      {}", stats.tombstones)?;
+                writeln!(
+                    out,
+                    "sealed:          {} ({} only in the object store); {} not sealed yet",
+                    stats.sealed, stats.sealed_remote_only, stats.seal_backlog
+                )?;
                 writeln!(
                     out,
                     "file:            {} bytes for {} bytes of live data ({ratio:.2}x)",

@@ -17,6 +17,7 @@ use redb::{
 use super::overlay::Overlay;
 use super::recovery::quietly_catch_panic;
 use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
+use super::seal_marks::{SEALED, SealMark};
 use super::segment::Segment;
 use super::wal;
 use crate::error::{Error, Result};
@@ -39,6 +40,13 @@ pub struct Stats {
     pub journal_backlog: u64,
     /// Tombstones of collected or deleted recordings.
     pub tombstones: u64,
+    /// Ended recordings sealed into the object store (`--object-store`).
+    pub sealed: u64,
+    /// Of those, the ones whose chunks left local disk (read from the object store).
+    pub sealed_remote_only: u64,
+    /// Ended recordings not sealed yet: the sealer's backlog with an object store (without
+    /// one, every ended recording counts).
+    pub seal_backlog: u64,
     /// Bytes of keys and values stored in every table: the live data.
     pub live_bytes: u64,
     /// Size of the file.
@@ -83,10 +91,31 @@ fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) ->
         log_bytes,
         ..Stats::default()
     };
+    let sealed = match txn.open_table(SEALED) {
+        Ok(table) => Some(table),
+        Err(redb::TableError::TableDoesNotExist(_)) => None,
+        Err(err) => return Err(Error::storage(err)),
+    };
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
-        let (_, value) = row.map_err(Error::storage)?;
+        let (key, value) = row.map_err(Error::storage)?;
         let meta = schema::decode_meta(value.value())?;
         *stats.by_status.entry(meta.status.as_str()).or_default() += 1;
+        if !meta.status.is_live() && meta.status != Status::Deleted {
+            let mark = match &sealed {
+                Some(table) => match table.get(key.value()).map_err(Error::storage)? {
+                    Some(bytes) => Some(SealMark::decode(bytes.value())?),
+                    None => None,
+                },
+                None => None,
+            };
+            match mark.filter(|mark| mark.generation == meta.generation) {
+                Some(mark) => {
+                    stats.sealed += 1;
+                    stats.sealed_remote_only += u64::from(!mark.local);
+                }
+                None => stats.seal_backlog += 1,
+            }
+        }
         if meta.status != Status::Recording {
             stats.recorded_bytes += meta.byte_len;
         }
