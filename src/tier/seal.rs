@@ -89,8 +89,9 @@ fn expiry_of(copy: &RecordingCopy) -> u64 {
     };
     let at = row.expires_at_ms.unwrap_or(u64::MAX);
     let ttl = row.ttl_secs.map_or(u64::MAX, |secs| {
-        copy.meta.updated_ms.saturating_add(secs.saturating_mul(1000))
+        copy.meta
+            .updated_ms
+            .saturating_add(secs.saturating_mul(1000))
     });
     retention.min(at).min(ttl)
 }
-

@@ -54,10 +54,22 @@ async fn a_verified_copy_is_marked_and_its_local_chunks_go_only_when_asked() {
     assert!(store.sealed_locally().await.unwrap().is_empty());
 
     // The mark is durable: it is in the file after a restart.
+    ended(&store, "unsealed", &["b"], Status::Completed).await;
     store.close().await;
     let store = open(&dir, &clock);
     assert!(!store.seal_mark(key).await.unwrap().unwrap().local);
-    assert!(store.unsealed(None, 10).await.unwrap().0.is_empty());
+    assert_eq!(store.unsealed(None, 10).await.unwrap().0.len(), 1);
+    store.close().await;
+
+    // The offline tools count it, and find the file consistent.
+    let path = super::db_path(&dir);
+    let stats = crate::store::offline::stats(&path, |_, _| {}).unwrap();
+    assert_eq!(
+        (stats.sealed, stats.sealed_remote_only, stats.seal_backlog),
+        (1, 1, 1)
+    );
+    let problems = crate::store::offline::check(&path, |_, _| {}).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
 }
 
 #[tokio::test]
