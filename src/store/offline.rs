@@ -91,11 +91,7 @@ fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) ->
         log_bytes,
         ..Stats::default()
     };
-    let sealed = match txn.open_table(SEALED) {
-        Ok(table) => Some(table),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(err) => return Err(Error::storage(err)),
-    };
+    let sealed = schema::optional_table(&txn, SEALED)?;
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
         let (key, value) = row.map_err(Error::storage)?;
         let meta = schema::decode_meta(value.value())?;
@@ -247,11 +243,7 @@ fn check_invariants(db: &Database, mut progress: impl FnMut(u64, u64)) -> Result
         }
     }
     // A seal mark goes with its row: one without an ended row is stray.
-    if let Some(sealed) = match txn.open_table(SEALED) {
-        Ok(table) => Some(table),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(err) => return Err(Error::storage(err)),
-    } {
+    if let Some(sealed) = schema::optional_table(&txn, SEALED)? {
         for entry in sealed.iter().map_err(Error::storage)? {
             let (key, value) = entry.map_err(Error::storage)?;
             let key = key.value();
