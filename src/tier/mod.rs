@@ -20,8 +20,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use object_store::aws::AmazonS3ConfigKey;
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectMeta, ObjectStore, PutPayload, RetryConfig};
+use object_store::{ClientConfigKey, ObjectMeta, ObjectStore, PutPayload, RetryConfig};
 
 pub use collect::Collected;
 pub use keys::{Keys, Version};
@@ -67,7 +68,8 @@ impl Tier {
                 }
                 let store = object_store::aws::AmazonS3Builder::from_env()
                     .with_bucket_name(bucket)
-                    .with_client_options(client_options())
+                    .with_config(connect_timeout_key(), CONNECT_TIMEOUT)
+                    .with_config(timeout_key(), TIMEOUT)
                     .with_retry(retry())
                     .build()
                     .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
@@ -165,10 +167,19 @@ impl Tier {
 
 /// Connections fail fast: a read of what only the store holds answers UNAVAILABLE promptly,
 /// and the sealer retries on its own schedule.
-fn client_options() -> ClientOptions {
-    ClientOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(30))
+const CONNECT_TIMEOUT: &str = "2s";
+/// Longest one request to the store may take.
+const TIMEOUT: &str = "30s";
+
+// Set key by key: `with_client_options` would replace every client option `from_env` read,
+// `AWS_ALLOW_HTTP` among them (a plain-HTTP endpoint then fails every request with a
+// "builder error").
+fn connect_timeout_key() -> AmazonS3ConfigKey {
+    AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout)
+}
+
+fn timeout_key() -> AmazonS3ConfigKey {
+    AmazonS3ConfigKey::Client(ClientConfigKey::Timeout)
 }
 
 fn retry() -> RetryConfig {
