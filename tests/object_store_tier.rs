@@ -138,18 +138,28 @@ fn serve(data_dir: &FsPath, url: &str, s3: &Seaweed) -> (BinaryServer, LogLines,
 async fn wait_until_sealed(on: &Instance, made: &[Made]) {
     let deadline = tokio::time::Instant::now() + SEAL_WAIT;
     for recording in made {
-        loop {
-            let got = on.get(&recording.id).await.unwrap();
-            if got.location() == Location::LocalAndObjectStore {
-                break;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "{} not sealed within {SEAL_WAIT:?}: {got:?}",
-                recording.path
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
+        wait_until_sealed_by(on, &recording.id, deadline).await;
+    }
+}
+
+/// Waits until recording `id` is sealed, at most [`SEAL_WAIT`].
+async fn wait_until_sealed_one(on: &Instance, id: &[u8]) {
+    wait_until_sealed_by(on, id, tokio::time::Instant::now() + SEAL_WAIT).await;
+}
+
+/// Polls Get until recording `id` is local and in the object store; fails at `deadline`.
+async fn wait_until_sealed_by(on: &Instance, id: &[u8], deadline: tokio::time::Instant) {
+    loop {
+        let got = on.get(id).await.unwrap();
+        if got.location() == Location::LocalAndObjectStore {
+            return;
         }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{} not sealed within {SEAL_WAIT:?}: {got:?}",
+            String::from_utf8_lossy(id)
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
 
@@ -236,4 +246,78 @@ async fn a_lost_disk_loses_no_ended_recording() {
     assert_serves_from_the_object_store(&on_a, &made, &before, false).await;
     a.kill();
     assert_not_logged(s3.secret(), &[&a_log, &b_log, &again_log]);
+}
+
+/// The names under a prefix that are the layout's own (`src/tier/keys.rs`); everything else in
+/// a key is the storage key in hex and zero-padded numbers.
+const FIXED_NAMES: [&str; 4] = ["recordings", "expiry", "tombstones", "forget"];
+
+/// Ids that would escape the prefix, or confuse a listing or a log, if they reached a key
+/// raw. Each must come back from the object store, and the keys hold none of them.
+const HOSTILE_IDS: [&[u8]; 8] = [
+    b"../../escape",
+    b"a/b",
+    b"%2e%2e",
+    b"..",
+    b"/leading/slash",
+    b"ctl\x01\x1b[31m\r\nline",
+    b"back\\slash\\..\\",
+    "ü/🦀/..".as_bytes(),
+];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn object_keys_hold_no_raw_id_and_stay_under_the_prefix() {
+    let s3 = Seaweed::start();
+    let prefix = "tenant/keys";
+    let url = s3.url(prefix);
+    let dir_a = tempfile::tempdir().unwrap();
+    let (a, a_log, a_http) = serve(dir_a.path(), &url, &s3);
+    let on_a = Instance::of(&a, a_http).await;
+    let mut made = Vec::new();
+    for (i, id) in HOSTILE_IDS.iter().enumerate() {
+        let chunks = [format!("hostile {i}: "), "Grüße 🦀".to_string()];
+        record_all(&on_a.recorder, id, &[&chunks[0], &chunks[1]]).await;
+        made.push((id.to_vec(), chunks.concat()));
+    }
+    for (id, _) in &made {
+        wait_until_sealed_one(&on_a, id).await;
+    }
+
+    let keys = s3.keys("").await;
+    let recordings: std::collections::BTreeSet<&str> = keys
+        .iter()
+        .filter_map(|key| key.strip_prefix(&format!("{prefix}/recordings/")))
+        .filter_map(|rest| rest.split('/').next())
+        .collect();
+    assert_eq!(recordings.len(), HOSTILE_IDS.len(), "{keys:#?}");
+    for key in &keys {
+        let rest = key
+            .strip_prefix(&format!("{prefix}/"))
+            .unwrap_or_else(|| panic!("{key:?} is outside the prefix {prefix}/"));
+        let (kind, name) = rest.split_once('/').unwrap_or((rest, ""));
+        assert!(FIXED_NAMES.contains(&kind), "{key:?}");
+        assert!(
+            !name.is_empty()
+                && name.bytes().all(|b| b.is_ascii_digit()
+                    || (b'a'..=b'f').contains(&b)
+                    || b"/-".contains(&b)),
+            "{key:?} holds more than hex, digits, '/' and '-'"
+        );
+        assert!(!name.split('/').any(|part| part.is_empty()), "{key:?}");
+    }
+
+    a.kill();
+    let dir_b = tempfile::tempdir().unwrap();
+    let (b, b_log, b_http) = serve(dir_b.path(), &url, &s3);
+    let on_b = Instance::of(&b, b_http).await;
+    for (id, text) in &made {
+        let replayed = replay_text(&on_b.recorder, id).await.unwrap();
+        assert_eq!(&replayed.text, text, "{id:?}");
+        assert_eq!(replayed.status.as_deref(), Some("completed"), "{id:?}");
+        let got = on_b.get(id).await.unwrap();
+        assert_eq!(got.location(), Location::ObjectStore, "{id:?}");
+        assert_eq!(&got.conversation_id, id);
+    }
+    b.kill();
+    assert_not_logged(s3.secret(), &[&a_log, &b_log]);
 }
