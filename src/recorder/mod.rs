@@ -162,18 +162,10 @@ impl Recorder {
         {
             return Ok(());
         }
-        let Some(row) = self.deck.store().stream_row(id.key()).await? else {
-            return Ok(());
-        };
-        if row.fork.is_some() {
-            return Err(Error::ForkedStream);
+        match self.deck.store().stream_row(id.key()).await? {
+            Some(row) => text_stream(&row),
+            None => Ok(()),
         }
-        if !is_text(&row.content_type) {
-            return Err(Error::NotText {
-                content_type: row.content_type,
-            });
-        }
-        Ok(())
     }
 
     /// Cancels the live recording of `id`. True if it was live, or had already been cancelled.
@@ -347,6 +339,20 @@ impl Recorder {
 }
 
 const SHUTDOWN_MESSAGE: &str = "server shutting down";
+
+/// Refuses a text replay of stream `row` when it is not UTF-8 text, or is a fork (its first
+/// bytes live in another recording).
+pub(crate) fn text_stream(row: &crate::store::StreamRow) -> Result<()> {
+    if row.fork.is_some() {
+        return Err(Error::ForkedStream);
+    }
+    if !is_text(&row.content_type) {
+        return Err(Error::NotText {
+            content_type: row.content_type.clone(),
+        });
+    }
+    Ok(())
+}
 
 /// Whether a stream of `content_type` holds UTF-8 text: `text/*`, JSON (and `+json`,
 /// NDJSON), or anything declaring `charset=utf-8`.

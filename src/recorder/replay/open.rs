@@ -18,6 +18,14 @@ impl Replay {
         text: bool,
     ) -> Result<Replay> {
         let (source, generation) = Self::find(&deck, id).await?;
+        // A stream known only to the object store was not checked by the recorder (which
+        // looks at local rows): its sealed copy carries its stream row.
+        if text
+            && let Source::Sealed { sealed, .. } = &source
+            && let Some(row) = &sealed.header.stream_row
+        {
+            crate::recorder::text_stream(row)?;
+        }
         let mut replay = Replay {
             deck,
             id: id.clone(),
