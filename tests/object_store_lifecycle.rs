@@ -31,8 +31,8 @@ const AFTER_OUTAGE: Duration = Duration::from_secs(30 + 15);
 struct Instance {
     server: BinaryServer,
     log: LogLines,
-    /// `None` for an instance sharing a data dir kept by the test.
-    _dir: Option<TempDir>,
+    /// Its own data dir; `None` when the test keeps the data dir (to restart on it).
+    dir: Option<TempDir>,
 }
 
 impl Instance {
@@ -40,7 +40,7 @@ impl Instance {
     fn fresh(s3: &Seaweed, args: &[&str], env: &[(&str, &str)]) -> Instance {
         let dir = TempDir::new().unwrap();
         let mut instance = Self::on(dir.path(), s3, args, env);
-        instance._dir = Some(dir);
+        instance.dir = Some(dir);
         instance
     }
 
@@ -56,7 +56,7 @@ impl Instance {
         Instance {
             server,
             log,
-            _dir: None,
+            dir: None,
         }
     }
 
@@ -421,7 +421,7 @@ async fn delete_by_another_instance_removes_the_copies_and_leaves_a_tombstone() 
             .await;
     }
     a.server.kill();
-    drop(a._dir);
+    drop(a.dir);
 
     let b = Instance::fresh(&s3, &[], &[]);
     let row = b.get(id.as_bytes()).await.unwrap();
@@ -490,7 +490,7 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
     }
     assert_eq!(copies(&s3, id).await.len(), 1);
     a.server.kill();
-    drop(a._dir);
+    drop(a.dir);
 
     let collectors = ["--gc-interval", "100ms"];
     let b = Instance::fresh(&s3, &collectors, &[]);
@@ -505,10 +505,7 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
         assert_eq!(row.status, RecordingStatus::Expired as i32, "{row:?}");
     }
     let tombstone = format!("{PREFIX}/tombstones/{}", hex(id));
-    assert_eq!(
-        s3.keys(&format!("{PREFIX}/tombstones")).await,
-        [tombstone.clone()]
-    );
+    assert_eq!(s3.keys(&format!("{PREFIX}/tombstones")).await, [tombstone]);
     // Its expiry marker went with it; the long-lived one's stays, and so does its copy.
     let markers = s3.keys(&format!("{PREFIX}/expiry")).await;
     assert!(!markers.iter().any(|m| m.contains(&hex(id))), "{markers:?}");
