@@ -22,8 +22,8 @@ impl ServeArgs {
     /// The settings these flags ask for.
     ///
     /// Fails with one line naming the flag and its variable when a credential is malformed,
-    /// a public address has no access control, the locator's flags do not go together, or
-    /// the retention is longer than the longest allowed.
+    /// a public address has no access control, the locator's flags do not go together, the
+    /// object store's URL is malformed, or the retention is longer than the longest allowed.
     pub(crate) fn settings(self) -> Result<Settings, String> {
         let access = access_config(&self).map_err(|err| err.to_string())?;
         let exposed = std::iter::once(self.listen)
@@ -40,6 +40,9 @@ impl ServeArgs {
             ));
         }
         check_locator_flags(&self)?;
+        if let Some(url) = &self.object_store {
+            tapedeck::tier::Tier::check_url(url).map_err(|err| err.to_string())?;
+        }
         if self.retention > self.max_retention {
             return Err(format!(
                 "--retention {} is longer than --max-retention {}; raise --max-retention",

@@ -54,54 +54,50 @@ impl std::fmt::Debug for Tier {
 }
 
 impl Tier {
+    /// Checks `url` as [`open`](Self::open) reads it, without opening anything: the command
+    /// line refuses a bad one before the data dir is touched.
+    ///
+    /// Fails with `ObjectStoreSetting` naming what is wrong.
+    pub fn check_url(url: &str) -> Result<()> {
+        Target::parse(url).map(drop)
+    }
+
     /// The tier at `url`: `s3://BUCKET/PREFIX` (credentials, region and endpoint from the
     /// standard `AWS_*` variables) or `file:///PATH`.
     ///
     /// Fails with `ObjectStoreSetting` naming what is wrong (never a credential).
     pub fn open(url: &str) -> Result<Tier> {
         let bad = |reason: String| Error::ObjectStoreSetting { reason };
-        let (objects, prefix): (Arc<dyn ObjectStore>, &str) = if let Some(rest) =
-            url.strip_prefix("s3://")
-        {
-            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-            if bucket.is_empty() {
-                return Err(bad(format!(
-                    "{url:?} names no bucket; use s3://BUCKET/PREFIX"
-                )));
+        let (target, prefix) = Target::parse(url)?;
+        let objects: Arc<dyn ObjectStore> = match target {
+            Target::S3 { bucket } => {
+                // Set key by key: `with_client_options` would drop what the environment set
+                // (AWS_ALLOW_HTTP among it).
+                let timeout =
+                    |key, value: &str| (AmazonS3ConfigKey::Client(key), value.to_string());
+                let timeouts = [
+                    timeout(ClientConfigKey::ConnectTimeout, "2s"),
+                    timeout(ClientConfigKey::Timeout, "30s"),
+                ];
+                let store = timeouts
+                    .into_iter()
+                    .fold(AmazonS3Builder::from_env(), |builder, (key, value)| {
+                        builder.with_config(key, value)
+                    })
+                    .with_bucket_name(bucket)
+                    .with_retry(retry())
+                    .build()
+                    .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
+                Arc::new(store)
             }
-            // Set key by key: `with_client_options` would drop what the environment set
-            // (AWS_ALLOW_HTTP among it).
-            let timeout = |key, value: &str| (AmazonS3ConfigKey::Client(key), value.to_string());
-            let timeouts = [
-                timeout(ClientConfigKey::ConnectTimeout, "2s"),
-                timeout(ClientConfigKey::Timeout, "30s"),
-            ];
-            let store = timeouts
-                .into_iter()
-                .fold(AmazonS3Builder::from_env(), |builder, (key, value)| {
-                    builder.with_config(key, value)
-                })
-                .with_bucket_name(bucket)
-                .with_retry(retry())
-                .build()
-                .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
-            (Arc::new(store), prefix)
-        } else if let Some(path) = url.strip_prefix("file://") {
-            if !path.starts_with('/') {
-                return Err(bad(format!("{url:?} is not absolute; use file:///PATH")));
+            Target::File { path } => {
+                std::fs::create_dir_all(path)
+                    .map_err(|err| bad(format!("cannot create {path}: {err}")))?;
+                let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+                    .map_err(|err| bad(format!("cannot use {path}: {err}")))?;
+                Arc::new(store)
             }
-            std::fs::create_dir_all(path)
-                .map_err(|err| bad(format!("cannot create {path}: {err}")))?;
-            let store = object_store::local::LocalFileSystem::new_with_prefix(path)
-                .map_err(|err| bad(format!("cannot use {path}: {err}")))?;
-            (Arc::new(store), "")
-        } else {
-            return Err(bad(format!(
-                "{url:?} is neither s3://BUCKET/PREFIX nor file:///PATH"
-            )));
         };
-        let prefix = Path::parse(prefix.trim_matches('/'))
-            .map_err(|err| bad(format!("the prefix in {url:?} is not a valid key: {err}")))?;
         Ok(Tier {
             objects,
             keys: Keys::new(prefix),
@@ -174,6 +170,42 @@ impl Tier {
         // S3 lists in name order; a local directory does not.
         listed.sort_by(|a, b| a.location.cmp(&b.location));
         Ok(listed)
+    }
+}
+
+/// What an `--object-store` URL names.
+enum Target<'a> {
+    /// An S3 bucket (the rest of the URL is the prefix).
+    S3 { bucket: &'a str },
+    /// A local directory (the prefix is empty).
+    File { path: &'a str },
+}
+
+impl Target<'_> {
+    /// `url`'s target and the prefix of every object name under it.
+    fn parse(url: &str) -> Result<(Target<'_>, Path)> {
+        let bad = |reason: String| Error::ObjectStoreSetting { reason };
+        let (target, prefix) = if let Some(rest) = url.strip_prefix("s3://") {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
+                return Err(bad(format!(
+                    "{url:?} names no bucket; use s3://BUCKET/PREFIX"
+                )));
+            }
+            (Target::S3 { bucket }, prefix)
+        } else if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad(format!("{url:?} is not absolute; use file:///PATH")));
+            }
+            (Target::File { path }, "")
+        } else {
+            return Err(bad(format!(
+                "{url:?} is neither s3://BUCKET/PREFIX nor file:///PATH"
+            )));
+        };
+        let prefix = Path::parse(prefix.trim_matches('/'))
+            .map_err(|err| bad(format!("the prefix in {url:?} is not a valid key: {err}")))?;
+        Ok((target, prefix))
     }
 }
 
