@@ -238,7 +238,9 @@ pub enum Error {
         reason: String,
     },
     /// The object store failed or did not answer; what only it holds cannot be read now.
-    #[error("the object store did not answer ({detail}); try again later")]
+    #[error(
+        "the object store, which holds this recording, did not answer ({detail}); try again later"
+    )]
     ObjectStoreUnavailable {
         /// What failed (never a credential).
         detail: String,

@@ -26,6 +26,8 @@ const RESCAN_EVERY: Duration = Duration::from_secs(300);
 const MAX_BACKOFF: Duration = Duration::from_secs(30);
 /// Ended recordings read from the schedule per walk step.
 const SCAN_PAGE: usize = 1000;
+/// Recordings sealed at once: each seal is a few round trips to the object store.
+const PARALLEL_SEALS: usize = 8;
 
 /// The env variable that stops a seal after one of its steps (for crash tests only): the
 /// sealer logs "seal stopped for a test" and waits there until the process is killed.
@@ -90,6 +92,7 @@ impl Sealer {
             for key in self.deck.ended().drain() {
                 self.lock().pending.insert(key);
             }
+            metrics::gauge!(metric::SEAL_BACKLOG).set(self.lock().pending.len() as f64);
             let failed = match self.step().await {
                 Ok(true) => continue,
                 Ok(false) => false,
@@ -110,7 +113,6 @@ impl Sealer {
                 );
                 away = false;
             }
-            metrics::gauge!(metric::SEAL_BACKLOG).set(self.lock().pending.len() as f64);
             let wait = match failed {
                 true => {
                     backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -134,8 +136,8 @@ impl Sealer {
         }
     }
 
-    /// Seals one pending recording, or drops one local copy that is due. Returns whether
-    /// there was anything to do.
+    /// Seals a few pending recordings at once, or drops one local copy that is due. Returns
+    /// whether there was anything to do.
     async fn step(&self) -> Result<bool> {
         let now = self.deck.store().clock().now_ms();
         let due = {
@@ -151,12 +153,28 @@ impl Sealer {
             }
             return Ok(true);
         }
-        let Some(key) = self.lock().pending.first().copied() else {
+        let keys: Vec<u128> = self
+            .lock()
+            .pending
+            .iter()
+            .take(PARALLEL_SEALS)
+            .copied()
+            .collect();
+        if keys.is_empty() {
             return Ok(false);
-        };
-        self.seal(key).await?;
-        self.lock().pending.remove(&key);
-        Ok(true)
+        }
+        let sealed = futures::future::join_all(keys.iter().map(|key| self.seal(*key))).await;
+        let mut failure = None;
+        for (key, sealed) in keys.into_iter().zip(sealed) {
+            match sealed {
+                Ok(()) => {
+                    self.lock().pending.remove(&key);
+                }
+                // Left pending, for the next try.
+                Err(err) => failure = Some(err),
+            }
+        }
+        failure.map_or(Ok(true), Err)
     }
 
     /// Seals conversation `key`'s ended recording, if it has one whose chunks are local.

@@ -100,11 +100,9 @@ impl Store {
     /// Fails with a storage error.
     pub async fn stream_row(&self, key: u128) -> Result<Option<StreamRow>> {
         self.read(move |txn| {
-            let streams = match txn.open_table(STREAMS) {
-                Ok(table) => table,
-                // A file no stream was ever written to.
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-                Err(err) => return Err(Error::storage(err)),
+            // A file no stream was ever written to has no table.
+            let Some(streams) = super::schema::optional_table(txn, STREAMS)? else {
+                return Ok(None);
             };
             match streams.get(key).map_err(Error::storage)? {
                 Some(bytes) => Ok(Some(StreamRow::decode(bytes.value())?)),

@@ -91,11 +91,7 @@ fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) ->
         log_bytes,
         ..Stats::default()
     };
-    let sealed = match txn.open_table(SEALED) {
-        Ok(table) => Some(table),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(err) => return Err(Error::storage(err)),
-    };
+    let sealed = schema::optional_table(&txn, SEALED)?;
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
         let (key, value) = row.map_err(Error::storage)?;
         let meta = schema::decode_meta(value.value())?;
@@ -143,7 +139,7 @@ fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) ->
 /// Checks `path` without changing it: redb's own integrity check, then, with the commits its
 /// write-ahead log holds applied in memory, tapedeck's invariants: the schema version, every
 /// row and tombstone decodes, the start index and the expiry schedule match the rows, every
-/// chunk and journal entry belongs to a stored recording. `progress` is told the rows done
+/// chunk and journal entry belongs to a stored recording, every seal mark to an ended one. `progress` is told the rows done
 /// and the total.
 ///
 /// Fails with `Offline` when the file cannot be opened (a running server holds it) or redb's
@@ -244,6 +240,20 @@ fn check_invariants(db: &Database, mut progress: impl FnMut(u64, u64)) -> Result
             }
             Ok(_) => {}
             Err(err) => problems.push(format!("journal entry {}: {err}", seq.value())),
+        }
+    }
+    // A seal mark goes with its row: one without an ended row is stray.
+    if let Some(sealed) = schema::optional_table(&txn, SEALED)? {
+        for entry in sealed.iter().map_err(Error::storage)? {
+            let (key, value) = entry.map_err(Error::storage)?;
+            let key = key.value();
+            if let Err(err) = SealMark::decode(value.value()) {
+                problems.push(format!("seal mark {key:032x}: {err}"));
+            } else if !ended.contains(&key) {
+                problems.push(format!(
+                    "seal mark {key:032x} belongs to no ended recording"
+                ));
+            }
         }
     }
     // Chunks of a deleted recording are purged in bounded commits: a tombstone explains them.

@@ -275,11 +275,7 @@ fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
     let mut live = Vec::new();
     let txn = db.begin_read().map_err(Error::storage)?;
     let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-    let streams = match txn.open_table(super::stream_row::STREAMS) {
-        Ok(table) => Some(table),
-        Err(redb::TableError::TableDoesNotExist(_)) => None,
-        Err(err) => return Err(Error::storage(err)),
-    };
+    let streams = super::schema::optional_table(&txn, super::stream_row::STREAMS)?;
     for entry in recordings.iter().map_err(Error::storage)? {
         let (key, value) = entry.map_err(Error::storage)?;
         let meta = decode_meta(value.value())?;

@@ -149,6 +149,19 @@ pub(crate) fn decode_meta(bytes: &[u8]) -> Result<RecordingMeta> {
     decode(bytes, "recordings row")
 }
 
+/// Table `table` in a read transaction, or `None` in a file it was never written to (tables
+/// added since are made by their first write).
+pub(crate) fn optional_table<K: redb::Key + 'static, V: redb::Value + 'static>(
+    txn: &redb::ReadTransaction,
+    table: TableDefinition<K, V>,
+) -> Result<Option<redb::ReadOnlyTable<K, V>>> {
+    match txn.open_table(table) {
+        Ok(table) => Ok(Some(table)),
+        Err(redb::TableError::TableDoesNotExist(_)) => Ok(None),
+        Err(err) => Err(Error::storage(err)),
+    }
+}
+
 pub(crate) fn encode_tombstone(tombstone: &Tombstone) -> Result<Vec<u8>> {
     encode(tombstone, "a tombstone")
 }

@@ -48,13 +48,12 @@ impl Store {
                 return Ok(None);
             }
             let chunks = StoredChunks::open(txn, key, &meta, journal)?.read_from(0, usize::MAX)?;
-            let stream_row = match txn.open_table(STREAMS) {
-                Ok(streams) => match streams.get(key).map_err(Error::storage)? {
+            let stream_row = match schema::optional_table(txn, STREAMS)? {
+                Some(streams) => match streams.get(key).map_err(Error::storage)? {
                     Some(bytes) => Some(StreamRow::decode(bytes.value())?),
                     None => None,
                 },
-                Err(redb::TableError::TableDoesNotExist(_)) => None,
-                Err(err) => return Err(Error::storage(err)),
+                None => None,
             };
             Ok(Some(RecordingCopy {
                 meta,
@@ -128,10 +127,8 @@ impl Store {
     /// Fails with a storage error.
     pub async fn sealed_locally(&self) -> Result<Vec<(u128, SealMark)>> {
         self.read(|txn| {
-            let sealed = match txn.open_table(SEALED) {
-                Ok(table) => table,
-                Err(redb::TableError::TableDoesNotExist(_)) => return Ok(Vec::new()),
-                Err(err) => return Err(Error::storage(err)),
+            let Some(sealed) = schema::optional_table(txn, SEALED)? else {
+                return Ok(Vec::new());
             };
             let mut kept = Vec::new();
             for entry in sealed.iter().map_err(Error::storage)? {
@@ -171,11 +168,9 @@ impl Store {
 }
 
 fn read_mark(txn: &redb::ReadTransaction, key: u128) -> Result<Option<SealMark>> {
-    let sealed = match txn.open_table(SEALED) {
-        Ok(table) => table,
-        // A file nothing was ever sealed in.
-        Err(redb::TableError::TableDoesNotExist(_)) => return Ok(None),
-        Err(err) => return Err(Error::storage(err)),
+    // A file nothing was ever sealed in has no table.
+    let Some(sealed) = schema::optional_table(txn, SEALED)? else {
+        return Ok(None);
     };
     match sealed.get(key).map_err(Error::storage)? {
         Some(bytes) => Ok(Some(SealMark::decode(bytes.value())?)),

@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures::TryStreamExt;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::path::Path;
-use object_store::{ClientOptions, ObjectMeta, ObjectStore, PutPayload, RetryConfig};
+use object_store::{ClientConfigKey, ObjectMeta, ObjectStore, PutPayload, RetryConfig};
 
 pub use collect::Collected;
 pub use keys::{Keys, Version};
@@ -59,35 +60,46 @@ impl Tier {
     /// Fails with `ObjectStoreSetting` naming what is wrong (never a credential).
     pub fn open(url: &str) -> Result<Tier> {
         let bad = |reason: String| Error::ObjectStoreSetting { reason };
-        let (objects, prefix): (Arc<dyn ObjectStore>, &str) =
-            if let Some(rest) = url.strip_prefix("s3://") {
-                let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-                if bucket.is_empty() {
-                    return Err(bad(format!(
-                        "{url:?} names no bucket; use s3://BUCKET/PREFIX"
-                    )));
-                }
-                let store = object_store::aws::AmazonS3Builder::from_env()
-                    .with_bucket_name(bucket)
-                    .with_client_options(client_options())
-                    .with_retry(retry())
-                    .build()
-                    .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
-                (Arc::new(store), prefix)
-            } else if let Some(path) = url.strip_prefix("file://") {
-                if !path.starts_with('/') {
-                    return Err(bad(format!("{url:?} is not absolute; use file:///PATH")));
-                }
-                std::fs::create_dir_all(path)
-                    .map_err(|err| bad(format!("cannot create {path}: {err}")))?;
-                let store = object_store::local::LocalFileSystem::new_with_prefix(path)
-                    .map_err(|err| bad(format!("cannot use {path}: {err}")))?;
-                (Arc::new(store), "")
-            } else {
+        let (objects, prefix): (Arc<dyn ObjectStore>, &str) = if let Some(rest) =
+            url.strip_prefix("s3://")
+        {
+            let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
+            if bucket.is_empty() {
                 return Err(bad(format!(
-                    "{url:?} is neither s3://BUCKET/PREFIX nor file:///PATH"
+                    "{url:?} names no bucket; use s3://BUCKET/PREFIX"
                 )));
-            };
+            }
+            // Set key by key: `with_client_options` would drop what the environment set
+            // (AWS_ALLOW_HTTP among it).
+            let timeout = |key, value: &str| (AmazonS3ConfigKey::Client(key), value.to_string());
+            let timeouts = [
+                timeout(ClientConfigKey::ConnectTimeout, "2s"),
+                timeout(ClientConfigKey::Timeout, "30s"),
+            ];
+            let store = timeouts
+                .into_iter()
+                .fold(AmazonS3Builder::from_env(), |builder, (key, value)| {
+                    builder.with_config(key, value)
+                })
+                .with_bucket_name(bucket)
+                .with_retry(retry())
+                .build()
+                .map_err(|err| bad(format!("the S3 settings are unusable: {err}")))?;
+            (Arc::new(store), prefix)
+        } else if let Some(path) = url.strip_prefix("file://") {
+            if !path.starts_with('/') {
+                return Err(bad(format!("{url:?} is not absolute; use file:///PATH")));
+            }
+            std::fs::create_dir_all(path)
+                .map_err(|err| bad(format!("cannot create {path}: {err}")))?;
+            let store = object_store::local::LocalFileSystem::new_with_prefix(path)
+                .map_err(|err| bad(format!("cannot use {path}: {err}")))?;
+            (Arc::new(store), "")
+        } else {
+            return Err(bad(format!(
+                "{url:?} is neither s3://BUCKET/PREFIX nor file:///PATH"
+            )));
+        };
         let prefix = Path::parse(prefix.trim_matches('/'))
             .map_err(|err| bad(format!("the prefix in {url:?} is not a valid key: {err}")))?;
         Ok(Tier {
@@ -165,14 +177,8 @@ impl Tier {
     }
 }
 
-/// Connections fail fast: a read of what only the store holds answers UNAVAILABLE promptly,
-/// and the sealer retries on its own schedule.
-fn client_options() -> ClientOptions {
-    ClientOptions::new()
-        .with_connect_timeout(Duration::from_secs(2))
-        .with_timeout(Duration::from_secs(30))
-}
-
+/// Few retries: a read of what only the store holds answers UNAVAILABLE promptly (connections
+/// time out after 2 s), and the sealer retries on its own schedule.
 fn retry() -> RetryConfig {
     RetryConfig {
         max_retries: 2,

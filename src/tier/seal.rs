@@ -59,7 +59,7 @@ impl Tier {
     pub async fn upload(&self, key: u128, copy: &RecordingCopy) -> Result<(Upload, Header)> {
         let version = Self::version_of(copy)?;
         let (object, header) = sealed::encode(key, copy)?;
-        let expires_ms = copy.meta.expires_at_ms.unwrap_or(u64::MAX);
+        let expires_ms = expiry_of(copy);
         self.put(&self.keys.expiry(expires_ms, key, version), Bytes::new())
             .await?;
         let bytes = object.len() as u64;
@@ -78,4 +78,20 @@ impl Tier {
             None => Ok(false),
         }
     }
+}
+
+/// When a sealed copy is collected: its recording's expiry, or sooner, a stream's own
+/// `Stream-Expires-At` or its TTL counted from its last write (a copy cannot slide).
+fn expiry_of(copy: &RecordingCopy) -> u64 {
+    let retention = copy.meta.expires_at_ms.unwrap_or(u64::MAX);
+    let Some(row) = &copy.stream_row else {
+        return retention;
+    };
+    let at = row.expires_at_ms.unwrap_or(u64::MAX);
+    let ttl = row.ttl_secs.map_or(u64::MAX, |secs| {
+        copy.meta
+            .updated_ms
+            .saturating_add(secs.saturating_mul(1000))
+    });
+    retention.min(at).min(ttl)
 }

@@ -8,6 +8,7 @@ mod journal;
 mod lifecycle;
 mod over_the_recorder;
 mod refusals;
+mod sealing;
 mod stand_in;
 mod sweeping;
 mod upgrades;
