@@ -33,7 +33,7 @@ use crate::targets::{
 use crate::workload::encode_token;
 
 /// How long sealing may take after the last recording ended before the scenario gives up.
-const SEAL_LIMIT: Duration = Duration::from_secs(300);
+const SEAL_LIMIT: Duration = Duration::from_secs(120);
 /// How often the sealed counter is read while waiting.
 const POLL: Duration = Duration::from_millis(10);
 /// Recordings replayed one at a time, from each instance, per set.
