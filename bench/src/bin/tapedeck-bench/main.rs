@@ -4,12 +4,14 @@
 //!
 //! Scenarios: (a) live, open loop: producers at a fixed token rate with live subscribers;
 //! (b) closed loop: producers as fast as acks allow; (c) catch-up replay of completed
-//! recordings; `custom` takes every workload flag.
+//! recordings; `custom` takes every workload flag. `restart` and `tier` (the object-store
+//! tier: sealing and replay from SeaweedFS) run on their own, tapedeck only.
 mod cli;
 mod disk;
 mod driver;
 mod procfs;
 mod report;
+mod seaweed;
 mod targets;
 mod workload;
 
@@ -77,11 +79,29 @@ fn main() -> Result<()> {
         }
         None => None,
     };
+    let tier = cli.tier().map(|workload| {
+        eprintln!("== tier: sealing into SeaweedFS, replay from it against local replay");
+        runtime.block_on(driver::run_tier(&env, &env.weed, &workload))
+    });
+    let tier = match tier {
+        Some(Ok(outcome)) => Some(outcome),
+        Some(Err(err)) => {
+            eprintln!("   tier: failed to run: {err:#}");
+            None
+        }
+        None => None,
+    };
     runtime.shutdown_timeout(Duration::from_secs(5));
 
     let mut tables = report::tables(&outcomes);
     if let Some(outcome) = &restart {
         tables.push_str(&driver::restart_table(outcome));
+    }
+    if let Some(outcome) = &tier {
+        tables.push_str(&driver::tier_table(outcome));
+    }
+    if env.tier {
+        tables.push_str("\ntapedeck sealed ended recordings into SeaweedFS (--tier)\n");
     }
     let footer = format!(
         "\n{disk_line}\nrun started {started}, took {:.0} s\n",
@@ -96,6 +116,8 @@ fn main() -> Result<()> {
             "scenarios": plan.iter().map(|(s, _)| describe_json(s)).collect::<Vec<_>>(),
             "outcomes": outcomes,
             "restart": restart,
+            "tier": tier,
+            "tier_on": env.tier,
         });
         println!("{}", serde_json::to_string_pretty(&document)?);
     } else {

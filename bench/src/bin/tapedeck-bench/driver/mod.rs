@@ -1,9 +1,11 @@
 //! Drives one target through one scenario and measures it: [`live`] runs producers (open or
-//! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back.
+//! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back;
+//! [`restart`] and [`tier`] run on their own.
 //! This file holds what both share: the clock, counters, CPU accounting and progress bars.
 mod live;
 mod replay;
 mod restart;
+mod tier;
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +17,7 @@ use indicatif::{ProgressBar, ProgressStyle};
 pub(crate) use live::run_live;
 pub(crate) use replay::run_replay;
 pub(crate) use restart::{run_restart, table as restart_table};
+pub(crate) use tier::{TierSet, TierWorkload, run_tier, table as tier_table};
 
 use crate::procfs;
 use crate::report;

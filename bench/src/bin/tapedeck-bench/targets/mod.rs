@@ -131,6 +131,10 @@ pub(crate) struct Environment {
     pub redis_server: PathBuf,
     /// Parent of every temporary data directory.
     pub work_dir: PathBuf,
+    /// The `weed` binary of SeaweedFS, for the tier scenario and `--tier`.
+    pub weed: PathBuf,
+    /// Whether each spawned tapedeck seals into a SeaweedFS of its own (`--tier`).
+    pub tier: bool,
 }
 
 /// A child process killed (and reaped) when dropped.

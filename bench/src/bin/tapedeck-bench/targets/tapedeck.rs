@@ -2,7 +2,8 @@
 //! dir (or a running server at `--addr`). Producers use `Record` (or the legacy per-token-ack
 //! `StreamResponseTokens`), subscribers and catch-up readers use `Replay`. With an API key, the
 //! server is started with access control on and every call carries the key. With the locator,
-//! it runs as one instance of a cluster, on a `redis-server` (no persistence) of its own.
+//! it runs as one instance of a cluster, on a `redis-server` (no persistence) of its own. With
+//! `--tier`, it seals ended recordings into a SeaweedFS (`weed mini`) of its own.
 use std::net::SocketAddr;
 use std::process::{Command, Stdio};
 
@@ -23,6 +24,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
 use super::{ChildGuard, Environment, Target, free_port, temp_dir, wait_ready};
+use crate::seaweed::Seaweed;
 
 /// Messages a producer may queue ahead of the gRPC stream.
 const PRODUCER_QUEUE: usize = 64;
@@ -61,10 +63,11 @@ pub(crate) struct Tapedeck {
     api: Api,
     pid: Option<u32>,
     // Dropped after the channels: the server is killed, then its data dir removed, then its
-    // locator's Redis killed.
+    // locator's Redis and its object store killed.
     _server: Option<ChildGuard>,
     _dir: Option<tempfile::TempDir>,
     _locator: Option<(ChildGuard, tempfile::TempDir)>,
+    _object_store: Option<Seaweed>,
 }
 
 impl Tapedeck {
@@ -82,6 +85,10 @@ impl Tapedeck {
         let key = ApiKey(api_key.map(|k| k.parse()).transpose()?);
         let locator = match locator {
             true => Some(locator_redis(env).await?),
+            false => None,
+        };
+        let object_store = match env.tier && env.tapedeck_addr.is_none() {
+            true => Some(Seaweed::start(&env.weed, &env.work_dir).await?),
             false => None,
         };
         let (addr, server, dir, pid) = match env.tapedeck_addr {
@@ -107,6 +114,12 @@ impl Tapedeck {
                         let redis = format!("--redis-url=redis://127.0.0.1:{}", redis.port);
                         [redis, format!("--advertised-address={addr}")]
                     }))
+                    .args(
+                        object_store
+                            .iter()
+                            .map(|s| format!("--object-store={}", s.url("bench"))),
+                    )
+                    .envs(object_store.iter().flat_map(Seaweed::env))
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
@@ -144,6 +157,7 @@ impl Tapedeck {
             _server: server,
             _dir: dir,
             _locator: locator.map(|(redis, dir)| (redis.child, dir)),
+            _object_store: object_store,
         })
     }
 
