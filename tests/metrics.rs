@@ -3,24 +3,11 @@
 //! one log line with its method, conversation, outcome and duration.
 mod common;
 
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{BinaryServer, Recording, WAIT, free_port, replay_text};
+use common::{BinaryServer, Recording, WAIT, free_port, replay_text, scrape};
 use prometheus_parse::{Sample, Scrape, Value};
-
-/// GETs `/metrics` and parses it.
-fn scrape(addr: SocketAddr) -> Scrape {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.contains(" 200 "), "{head}");
-    let lines = body.lines().map(|l| Ok(l.to_string()));
-    Scrape::parse(lines).expect("the Prometheus text format")
-}
 
 /// The value of the sample `name` whose labels include `labels`.
 fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {

@@ -5,14 +5,13 @@ mod common;
 
 use std::ffi::OsStr;
 use std::future::Future;
-use std::io::{Read, Write};
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
 use common::seaweed::Seaweed;
 use common::*;
-use prometheus_parse::{Scrape, Value};
+use prometheus_parse::Value;
 use tapedeck::id::ConversationId;
 use tapedeck::pb::tapedeck::{
     DeleteRecordingRequest, GetRecordingRequest, Location, Recording as RecordingRow,
@@ -182,17 +181,6 @@ async fn assert_gone(server: &BinaryServer, id: &str, reason: &str) {
         "{err:?}"
     );
     assert!(err.message().starts_with(&format!("{reason}:")), "{err:?}");
-}
-
-/// GETs `/metrics` at `addr` and parses it.
-fn scrape(addr: SocketAddr) -> Scrape {
-    let mut stream = std::net::TcpStream::connect(addr).unwrap();
-    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
-    let mut response = String::new();
-    stream.read_to_string(&mut response).unwrap();
-    let (head, body) = response.split_once("\r\n\r\n").unwrap();
-    assert!(head.contains(" 200 "), "{head}");
-    Scrape::parse(body.lines().map(|l| Ok(l.to_string()))).expect("the Prometheus text format")
 }
 
 /// The value of gauge `name` at `addr`, if it is exported.

@@ -56,3 +56,17 @@ impl CuttableProxy {
         self.cut.cancel();
     }
 }
+
+/// GETs `/metrics` at `addr` (the binary's `--metrics-listen`) and parses it as the Prometheus
+/// text format.
+pub(crate) fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").unwrap();
+    assert!(head.contains(" 200 "), "{head}");
+    let lines = body.lines().map(|l| Ok(l.to_string()));
+    prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format")
+}
