@@ -17,6 +17,8 @@
 //!   batching, the transaction layer, publishing after a commit), recovery, reads.
 //! - [`tier`]: the optional object-store tier: sealed recordings' objects and names, upload
 //!   and verify, range reads, delete and expiry there. The recorder's sealer drives it.
+//! - [`cluster`]: quorum replication with openraft: the log, its storage, the network
+//!   between nodes, the state machine that applies entries to the store.
 //! - [`locator`]: the optional Redis locator for several instances: entries, their refresh,
 //!   redirects and forwarded cancels.
 //! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
@@ -35,6 +37,7 @@
 pub mod access;
 pub mod client;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod grpc;
