@@ -6,6 +6,8 @@ const PROTOS: &[&str] = &[
     "proto/memory/v1/response_recorder.proto",
     "proto/memory/v1/response_resumer.proto",
     "proto/tapedeck/v1/recordings.proto",
+    "proto/tapedeck/v1/cluster.proto",
+    "proto/tapedeck/cluster/v1/cluster.proto",
 ];
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

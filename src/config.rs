@@ -63,6 +63,8 @@ pub struct Config {
     /// How long a sealed recording's chunks stay on local disk; `None` (the default) keeps
     /// them for the recording's whole retention.
     pub local_retention: Option<Duration>,
+    /// Run as one node of a replicated cluster. Default off (a single node).
+    pub cluster: Option<crate::cluster::ClusterConfig>,
 }
 
 /// PEM files of the server's TLS identity, and optionally of the CA its clients' certificates
@@ -110,6 +112,7 @@ impl Default for Config {
             locator: None,
             object_store: None,
             local_retention: None,
+            cluster: None,
         }
     }
 }

@@ -251,6 +251,21 @@ pub enum Error {
         /// What is wrong.
         reason: String,
     },
+    /// This node of a cluster cannot commit: it is not the leader, or no majority answers.
+    #[error("{}", no_quorum_message(*.leader, leader_address.as_deref()))]
+    NoQuorum {
+        /// The leader's node id, if this node knows one.
+        leader: Option<u64>,
+        /// The leader's cluster address, if known.
+        leader_address: Option<String>,
+    },
+    /// This node's cluster cannot run: its log cannot be opened or written, or its network
+    /// cannot be set up.
+    #[error("the cluster cannot run: {reason}")]
+    Cluster {
+        /// What failed.
+        reason: String,
+    },
     /// A newer recording of the conversation replaced this one.
     #[error("the recording was superseded by a newer recording of the same conversation")]
     Superseded,
@@ -412,4 +427,21 @@ pub enum Error {
     /// The gRPC server stopped with an error.
     #[error("the gRPC server failed: {0}")]
     Serve(#[source] tonic::transport::Error),
+}
+
+/// What a client is told when this node cannot commit: who leads, if anyone is known to.
+fn no_quorum_message(leader: Option<u64>, address: Option<&str>) -> String {
+    match (leader, address) {
+        (Some(id), Some(address)) => format!(
+            "this node cannot commit: node {id} (cluster address {address}) leads the cluster, \
+             and this node does not or could not reach it; retry on node {id}, or here later"
+        ),
+        (Some(id), None) => format!(
+            "this node cannot commit: node {id} leads the cluster, and this node does not or \
+             could not reach it; retry on node {id}, or here later"
+        ),
+        (None, _) => "this node cannot commit: the cluster has no leader a majority agrees on \
+             (too many nodes are down or cut off); retry when they are back"
+            .to_string(),
+    }
 }

@@ -62,6 +62,12 @@ pub mod pb {
         tonic::include_proto!("tapedeck.v1");
     }
 
+    /// Traffic between the nodes of a cluster, `tapedeck.cluster.v1`.
+    #[allow(missing_docs, unreachable_pub)]
+    pub mod cluster {
+        tonic::include_proto!("tapedeck.cluster.v1");
+    }
+
     /// Encoded descriptors of the contract, served by gRPC reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("memory_descriptor");
 }

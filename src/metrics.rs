@@ -65,6 +65,16 @@ pub const SEAL_FAILURES: &str = "tapedeck_seal_failures_total";
 pub const LOCAL_COPIES_DROPPED: &str = "tapedeck_local_copies_dropped_total";
 /// Counter.
 pub const OBJECT_STORE_COLLECTED: &str = "tapedeck_object_store_collected_total";
+/// Gauge: the cluster's leader as this node knows it (0: none known).
+pub const CLUSTER_LEADER: &str = "tapedeck_cluster_leader";
+/// Gauge.
+pub const CLUSTER_TERM: &str = "tapedeck_cluster_term";
+/// Gauge.
+pub const CLUSTER_LAST_LOG_INDEX: &str = "tapedeck_cluster_last_log_index";
+/// Gauge.
+pub const CLUSTER_APPLIED_INDEX: &str = "tapedeck_cluster_applied_index";
+/// Gauge, by `node`; on the leader only.
+pub const CLUSTER_NODE_LAG: &str = "tapedeck_cluster_node_lag";
 
 /// Buckets of every `_seconds` histogram: 100 µs to 30 s.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -157,5 +167,22 @@ pub fn describe() {
     describe_counter!(
         OBJECT_STORE_COLLECTED,
         "Sealed copies deleted from the object store by expiry."
+    );
+    describe_gauge!(
+        CLUSTER_LEADER,
+        "The id of the cluster's leader as this node knows it; 0 when it knows none."
+    );
+    describe_gauge!(
+        CLUSTER_TERM,
+        "The cluster's current term, as this node knows it."
+    );
+    describe_gauge!(CLUSTER_LAST_LOG_INDEX, "The last entry in this node's log.");
+    describe_gauge!(
+        CLUSTER_APPLIED_INDEX,
+        "The last entry applied to this node's database."
+    );
+    describe_gauge!(
+        CLUSTER_NODE_LAG,
+        "On the leader: entries each node is behind its log."
     );
 }

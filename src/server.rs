@@ -61,6 +61,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
         checkpoint_bytes: config.checkpoint_bytes,
         cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
         commit_interval: config.commit_interval,
+        replicated: config.cluster.is_some(),
         ..StoreOptions::default()
     };
     Store::open(&config.database_path(), options)
@@ -92,6 +93,10 @@ pub async fn run(
     };
     let mut recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
+    let cluster = match &config.cluster {
+        Some(cluster) => Some(start_cluster(cluster, &store, config, &lifecycle).await?),
+        None => None,
+    };
     let sealer = match &config.object_store {
         Some(url) => {
             let tier = Tier::open(url)?.with_tombstone_retention(config.tombstone_retention);
@@ -113,6 +118,25 @@ pub async fn run(
         }
         None => None,
     };
+    if let Some(served) = &cluster {
+        let deck = recorder.deck().clone();
+        let adopting = served.cluster.clone().on_each_lead(lifecycle.stop.clone(), move || {
+            let deck = deck.clone();
+            async move {
+                match deck.adopt_left_live().await {
+                    Ok(0) => {}
+                    Ok(adopted) => tracing::info!(adopted, "adopted the recordings left live by the node that led before"),
+                    Err(err) => tracing::error!(error = %err, "could not adopt the recordings left live"),
+                }
+            }
+        });
+        lifecycle.tasks.spawn(adopting);
+        let exporting = served
+            .cluster
+            .clone()
+            .export_metrics(lifecycle.stop.clone());
+        lifecycle.tasks.spawn(exporting);
+    }
     let sampler = tokio::spawn(crate::recorder::gauges::sample(
         recorder.clone(),
         config.database_path(),
@@ -149,6 +173,7 @@ pub async fn run(
         &guard,
         &lifecycle,
         locator.as_ref(),
+        cluster.as_ref().map(|served| &served.cluster),
     )
     .await?;
     let mut server = Server::builder()
@@ -221,6 +246,10 @@ pub async fn run(
         }
     }
     let _ = sweeper.await;
+    if let Some(served) = cluster {
+        served.cluster.shutdown().await;
+        let _ = served.server.await;
+    }
     if let Some(sealer) = sealer {
         let _ = sealer.await;
     }
@@ -240,7 +269,36 @@ pub async fn run(
 /// The TLS settings `files` name, read now.
 ///
 /// Fails with `Tls` when a file cannot be read.
-fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
+/// Binds this node's cluster port and starts it as a node of the cluster.
+///
+/// Fails when the port cannot be bound or the node cannot start.
+async fn start_cluster(
+    cluster: &crate::cluster::ClusterConfig,
+    store: &Store,
+    config: &Config,
+    lifecycle: &Lifecycle,
+) -> Result<crate::cluster::Served> {
+    let listener = TcpListener::bind(cluster.listen)
+        .await
+        .map_err(|source| Error::Listener {
+            addr: format!(
+                "--cluster-listen (TAPEDECK_CLUSTER_LISTEN) {}",
+                cluster.listen
+            ),
+            source,
+        })?;
+    crate::cluster::Cluster::start(
+        cluster,
+        listener,
+        &config.data_dir,
+        store,
+        config.tls.as_ref(),
+        lifecycle.stop.clone(),
+    )
+    .await
+}
+
+pub(crate) fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|err| Error::Tls {
             reason: format!("cannot read {}: {err}", path.display()),
@@ -254,7 +312,7 @@ fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     Ok(tls)
 }
 
-fn tls_error(err: &dyn std::error::Error) -> Error {
+pub(crate) fn tls_error(err: &dyn std::error::Error) -> Error {
     Error::Tls {
         reason: err.to_string(),
     }

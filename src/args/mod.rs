@@ -35,7 +35,7 @@ pub(crate) enum Command {
     Serve(Box<serve::ServeArgs>),
     /// Print a signed grant (an HS256 JWT) for a user, as an agent app would issue it.
     Token(cli::token::TokenArgs),
-    /// Talk to a running server (record, replay, ls, inspect, rm, cancel, check).
+    /// Talk to a running server (record, replay, ls, inspect, rm, cancel, check, cluster).
     #[command(flatten)]
     Client(cli::ClientCommand),
     /// Offline tools on a stopped server's data dir: stats, check, compact.

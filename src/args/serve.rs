@@ -152,6 +152,18 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TAPEDECK_LOCAL_RETENTION", value_parser = parse_duration,
           requires = "object_store")]
     pub(super) local_retention: Option<Period>,
+    /// This node's id in a replicated cluster (with --cluster-listen and --cluster-peers).
+    /// Default off: a single node.
+    #[arg(long, env = "TAPEDECK_NODE_ID", requires_all = ["cluster_listen", "cluster_peers"])]
+    pub(super) node_id: Option<u64>,
+    /// Where this node listens for the other nodes of its cluster, e.g. 0.0.0.0:7070.
+    #[arg(long, env = "TAPEDECK_CLUSTER_LISTEN", value_parser = parse_listen,
+          requires = "node_id")]
+    pub(super) cluster_listen: Option<SocketAddr>,
+    /// Every voter's cluster address, this node's included: `1=HOST:PORT,2=HOST:PORT,3=HOST:PORT`
+    /// (3 or 5 voters). The same on every node.
+    #[arg(long, env = "TAPEDECK_CLUSTER_PEERS", requires = "node_id")]
+    pub(super) cluster_peers: Option<String>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
     pub(super) tls_cert: Option<PathBuf>,

@@ -43,6 +43,12 @@ impl ServeArgs {
         if let Some(url) = &self.object_store {
             tapedeck::tier::Tier::check_url(url).map_err(|err| err.to_string())?;
         }
+        let cluster = match (self.node_id, self.cluster_listen, &self.cluster_peers) {
+            (Some(node_id), Some(listen), Some(peers)) => Some(
+                tapedeck::cluster::ClusterConfig::new(node_id, listen, peers)?,
+            ),
+            _ => None,
+        };
         if self.retention > self.max_retention {
             return Err(format!(
                 "--retention {} is longer than --max-retention {}; raise --max-retention",
@@ -92,6 +98,7 @@ impl ServeArgs {
             ),
             object_store: self.object_store,
             local_retention: self.local_retention.map(Into::into),
+            cluster,
         };
         Ok(Settings {
             config,

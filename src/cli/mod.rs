@@ -1,6 +1,7 @@
 //! The client commands of the `tapedeck` binary, on [`tapedeck::client`]: record from stdin,
-//! replay to stdout, list, inspect, delete, cancel, check. Each prints its result on stdout
+//! replay to stdout, list, inspect, delete, cancel, check, cluster status. Each prints its result on stdout
 //! (a table or JSON) and any error as one line on stderr, with a non-zero exit code.
+mod cluster;
 pub(crate) mod db;
 pub(crate) mod escape;
 mod output;
@@ -108,6 +109,10 @@ pub(crate) enum ClientCommand {
         /// The conversation.
         id: String,
     },
+    /// Show the cluster as this node sees it: leader, term, log; on the leader, each node's
+    /// lag and health.
+    #[command(subcommand)]
+    Cluster(ClusterCommand),
     /// Print which of the conversations have a live recording.
     Check {
         #[command(flatten)]
@@ -116,6 +121,19 @@ pub(crate) enum ClientCommand {
         #[arg(required = true)]
         ids: Vec<String>,
         /// JSON instead of one id a line.
+        #[arg(long)]
+        json: bool,
+    },
+}
+
+/// `tapedeck cluster …`.
+#[derive(clap::Subcommand, Debug)]
+pub(crate) enum ClusterCommand {
+    /// Leader, term, log and (asked of the leader) each node's lag and health.
+    Status {
+        #[command(flatten)]
+        server: ServerArgs,
+        /// JSON instead of a table.
         #[arg(long)]
         json: bool,
     },
@@ -130,7 +148,8 @@ impl ClientCommand {
             | ClientCommand::Inspect { server, .. }
             | ClientCommand::Rm { server, .. }
             | ClientCommand::Cancel { server, .. }
-            | ClientCommand::Check { server, .. } => server,
+            | ClientCommand::Check { server, .. }
+            | ClientCommand::Cluster(ClusterCommand::Status { server, .. }) => server,
         }
     }
 }
@@ -192,6 +211,10 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
                 bail!("conversation {id} has no live recording to cancel");
             }
             writeln!(out, "{}: cancelled", escape::for_terminal(&id))?;
+        }
+        ClientCommand::Cluster(ClusterCommand::Status { json, .. }) => {
+            let status = client.cluster_status().await.map_err(status_error)?;
+            cluster::status(&status, json, &mut out)?;
         }
         ClientCommand::Check { ids, json, .. } => {
             let asked: Vec<Vec<u8>> = ids.iter().map(|id| id.as_bytes().to_vec()).collect();

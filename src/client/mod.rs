@@ -35,10 +35,11 @@ pub use playback::{Passage, Playback};
 pub use record::{RecordOptions, Recording};
 
 use crate::pb::response_recorder_service_client::ResponseRecorderServiceClient;
+use crate::pb::tapedeck::cluster_client::ClusterClient;
 use crate::pb::tapedeck::recordings_client::RecordingsClient;
 use crate::pb::tapedeck::{
-    DeleteRecordingRequest, GetRecordingRequest, ListRecordingsRequest, ListRecordingsResponse,
-    Recording as RecordingInfo, RecordingStatus,
+    ClusterStatus, ClusterStatusRequest, DeleteRecordingRequest, GetRecordingRequest,
+    ListRecordingsRequest, ListRecordingsResponse, Recording as RecordingInfo, RecordingStatus,
 };
 use crate::pb::{CancelRecordRequest, CheckRecordingsRequest};
 
@@ -272,6 +273,14 @@ impl Client {
             page_token: page_token.to_string(),
         };
         Ok(self.recordings().list(request).await?.into_inner())
+    }
+
+    /// This node's view of its cluster: leader, term, log, and on the leader each node's lag.
+    ///
+    /// Fails with `FAILED_PRECONDITION` on a single node.
+    pub async fn cluster_status(&self) -> Result<ClusterStatus, Status> {
+        let mut client = ClusterClient::new(self.calls());
+        Ok(client.status(ClusterStatusRequest {}).await?.into_inner())
     }
 
     /// Deletes conversation `id`'s recording (a live one is cancelled first). Whether there

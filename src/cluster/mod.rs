@@ -4,6 +4,28 @@
 //!
 //! # Layout
 //! - `types`: what openraft runs with (the entry payload, node ids).
+//! - `log`: this node's Raft log on disk, fsynced before an entry counts.
+//! - `machine`: the state machine, which applies committed entries to the store.
+//! - `node`: a node started: the log, the state machine, the network, the cluster formed,
+//!   the store's commits proposed.
+//! - `status`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
+//! - `tls`: TLS between nodes, from the gRPC TLS settings.
+//! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
+//!   tonic on `--cluster-listen`; `wire`: how they are encoded.
+//! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
+mod log;
+mod machine;
+mod network;
+mod node;
+mod service;
+mod settings;
+mod status;
+mod tls;
 mod types;
+mod wire;
+
+pub use node::{Cluster, Served};
+pub use settings::ClusterConfig;
+pub use status::{ClusterStatus, NodeProgress};
 
 pub use types::{NodeId, Proposal, Raft, TypeConfig};

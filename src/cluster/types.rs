@@ -6,10 +6,11 @@ use serde::{Deserialize, Serialize};
 
 openraft::declare_raft_types!(
     /// tapedeck's Raft: entries carry [`Proposal`]s, nodes are `u64` ids at `host:port`
-    /// cluster addresses.
+    /// cluster addresses; applying an entry answers whether its commit was applied (see
+    /// [`Proposal::base`]).
     pub TypeConfig:
         D = Proposal,
-        R = (),
+        R = bool,
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
@@ -30,6 +31,11 @@ pub type Raft = openraft::Raft<TypeConfig>;
 pub struct Proposal {
     /// The commit's changes.
     pub changes: Vec<u8>,
+    /// The last entry with a commit that the writer's transaction saw applied: the changes
+    /// follow on from the state it left. An entry whose base is not the last commit applied
+    /// (one proposed after an earlier proposal timed out, and that one was committed after
+    /// all) is skipped on every node, and its proposer told so.
+    pub base: Option<openraft::LogId<NodeId>>,
     /// Whether every node makes its database durable once it has applied this entry, and
     /// records the entry as applied there (a checkpoint: the writer folded every unfolded
     /// chunk in it).

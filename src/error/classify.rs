@@ -104,7 +104,8 @@ impl Error {
             Error::Redirect { .. }
             | Error::ShuttingDown
             | Error::ResumeUnsettled { .. }
-            | Error::ObjectStoreUnavailable { .. } => Kind::Unavailable,
+            | Error::ObjectStoreUnavailable { .. }
+            | Error::NoQuorum { .. } => Kind::Unavailable,
             Error::Unauthenticated { .. } => Kind::Unauthenticated,
             Error::PermissionDenied { .. } => Kind::PermissionDenied,
             Error::Shared(inner) => inner.kind(),
@@ -130,6 +131,7 @@ impl Error {
             | Error::Locator { .. }
             | Error::Offline { .. }
             | Error::ObjectStoreSetting { .. }
+            | Error::Cluster { .. }
             | Error::Tls { .. } => Kind::Internal,
         }
     }

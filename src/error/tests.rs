@@ -13,7 +13,7 @@ use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
-const VARIANTS: usize = 56;
+const VARIANTS: usize = 58;
 
 /// How many kinds [`Kind`] has: each one is some variant's.
 const KINDS: usize = 13;
@@ -58,6 +58,8 @@ fn expected(err: &Error) -> (&'static str, Code, StatusCode) {
         Error::Tls { .. } => ("Tls", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::ObjectStoreSetting { .. } => ("ObjectStoreSetting", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::ObjectStoreUnavailable { .. } => ("ObjectStoreUnavailable", G::Unavailable, H::SERVICE_UNAVAILABLE),
+        Error::NoQuorum { .. } => ("NoQuorum", G::Unavailable, H::SERVICE_UNAVAILABLE),
+        Error::Cluster { .. } => ("Cluster", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Superseded => ("Superseded", G::Aborted, H::CONFLICT),
         Error::RecordingEnded => ("RecordingEnded", G::Aborted, H::CONFLICT),
         Error::ShuttingDown => ("ShuttingDown", G::Unavailable, H::SERVICE_UNAVAILABLE),
@@ -165,6 +167,11 @@ async fn every_variant() -> Vec<Error> {
         Error::Tls { reason: reason() },
         Error::ObjectStoreSetting { reason: reason() },
         Error::ObjectStoreUnavailable { detail: reason() },
+        Error::NoQuorum {
+            leader: Some(2),
+            leader_address: Some("10.0.0.2:7070".into()),
+        },
+        Error::Cluster { reason: reason() },
         Error::Superseded,
         Error::RecordingEnded,
         Error::ShuttingDown,

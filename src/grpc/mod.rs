@@ -4,6 +4,7 @@
 //! [`routes`] assembles them with health and reflection.
 
 mod cluster;
+mod cluster_status;
 mod deadline;
 mod recorder;
 mod recordings;
@@ -12,6 +13,7 @@ mod routes;
 pub(crate) mod status;
 mod telemetry;
 
+pub use cluster_status::ClusterService;
 pub use deadline::DeadlineLayer;
 pub use recorder::RecorderService;
 pub use recordings::RecordingsService;

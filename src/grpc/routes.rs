@@ -6,12 +6,13 @@ use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
 
-use super::{RecorderService, RecordingsService, ResumerService};
+use super::{ClusterService, RecorderService, RecordingsService, ResumerService};
 use crate::access::Guard;
 use crate::error::{Error, Result};
 use crate::locator::Locator;
 use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
 use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
+use crate::pb::tapedeck::cluster_server::ClusterServer;
 use crate::pb::tapedeck::recordings_server::RecordingsServer;
 use crate::recorder::Recorder;
 
@@ -57,7 +58,8 @@ impl Health {
 }
 
 /// The gRPC services over `recorder`: the current and the legacy Memory Service APIs,
-/// tapedeck's management API (`tapedeck.v1.Recordings`), health
+/// tapedeck's management API (`tapedeck.v1.Recordings`), a cluster node's status
+/// (`tapedeck.v1.Cluster`), health
 /// (everything SERVING) and reflection (v1 and v1alpha), both open to anyone; the two APIs
 /// check each call's credentials with `guard` and, with a `locator`, send calls about
 /// recordings other instances hold there. Requests may carry a chunk of up to
@@ -70,6 +72,7 @@ pub async fn routes(
     guard: &Guard,
     lifecycle: &Lifecycle,
     locator: Option<&Locator>,
+    cluster: Option<&crate::cluster::Cluster>,
 ) -> Result<(Routes, Health)> {
     let max_message = max_chunk_bytes
         .saturating_add(MESSAGE_OVERHEAD_BYTES)
@@ -110,6 +113,10 @@ pub async fn routes(
         .add_service(
             ResponseResumerServiceServer::new(legacy).max_decoding_message_size(max_message),
         )
-        .add_service(RecordingsServer::new(management));
+        .add_service(RecordingsServer::new(management))
+        .add_service(ClusterServer::new(ClusterService::new(
+            cluster.cloned(),
+            guard.clone(),
+        )));
     Ok((routes, Health { reporter }))
 }

@@ -100,6 +100,39 @@ impl Registry {
         Ok((tape, replaced))
     }
 
+    /// Registers `recovered`, recordings whose producers are gone, as detached (their grace
+    /// period starts now), except those already here; returns how many it registered.
+    fn adopt_detached(
+        self: &Arc<Self>,
+        store: &Store,
+        recovered: Vec<crate::store::RecoveredLive>,
+        reason: &str,
+    ) -> usize {
+        let now_ms = store.clock().now_ms();
+        let mut adopted = 0;
+        for recovered in recovered {
+            if self.lock().contains_key(&recovered.id.key()) {
+                continue;
+            }
+            let opening = Opening {
+                generation: recovered.generation,
+                now_ms,
+                chunks: recovered.chunks,
+                bytes: recovered.bytes,
+                attached: false,
+                timed_chunks: recovered.timed_chunks,
+            };
+            let tape = self.adopt(recovered.id, opening);
+            if recovered.held_open {
+                // A stream made over HTTP: the HTTP face takes it over; no grace runs out.
+                tape.hold_open();
+            }
+            self.start_grace(store, &tape, 0, reason.to_string());
+            adopted += 1;
+        }
+        adopted
+    }
+
     /// Registers a recording that was live when the last run stopped, detached.
     fn adopt(self: &Arc<Self>, id: ConversationId, opening: Opening) -> Arc<Tape> {
         let tape = Arc::new(Tape::new(id, opening, Arc::downgrade(self)));
@@ -203,29 +236,28 @@ impl Deck {
             changes: Changes::default(),
             ended: Changes::default(),
         });
-        let now_ms = store.clock().now_ms();
-        for recovered in store.take_recovered() {
-            let opening = Opening {
-                generation: recovered.generation,
-                now_ms,
-                chunks: recovered.chunks,
-                bytes: recovered.bytes,
-                attached: false,
-                timed_chunks: recovered.timed_chunks,
-            };
-            let tape = registry.adopt(recovered.id, opening);
-            if recovered.held_open {
-                // A stream made over HTTP: the HTTP face takes it over; no grace runs out.
-                tape.hold_open();
-            }
-            let reason = "the server restarted".to_string();
-            registry.start_grace(&store, &tape, 0, reason);
+        // On a node of a cluster, the leader adopts what is left live once it leads (see
+        // `adopt_left_live`): followers hold no tapes.
+        if !store.is_replicated() {
+            registry.adopt_detached(&store, store.take_recovered(), "the server restarted");
         }
         Self {
             store,
             registry,
             tier: None,
         }
+    }
+
+    /// On a node of a cluster that has come to lead: adopts, detached, the recordings live in
+    /// the store that have no tape here (their producers were on the node that led before, and
+    /// may resume here); returns how many.
+    ///
+    /// Fails with a storage error.
+    pub async fn adopt_left_live(&self) -> crate::error::Result<usize> {
+        let live = self.store.live_recordings().await?;
+        Ok(self
+            .registry
+            .adopt_detached(&self.store, live, "its node lost the lead"))
     }
 
     /// Stops the grace periods under way and waits for their tasks: at shutdown, detached

@@ -59,6 +59,10 @@ pub async fn run(
 /// Fails when a commit fails.
 pub async fn sweep_once(deck: &Deck, idle_timeout: Duration) -> Result<SweepReport> {
     let store = deck.store();
+    if !store.leads() {
+        // On a node of a cluster, the leader sweeps for all of them.
+        return Ok(SweepReport::default());
+    }
     let now = store.clock().now_ms();
     let idle_ms = idle_timeout.as_millis() as u64;
     for tape in deck.live_tapes() {

@@ -7,6 +7,7 @@ use std::time::Instant;
 use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 
 use super::disk::Full;
+use super::replicated::Replicated;
 use super::wal::{self, Redo, Wal};
 use crate::error::{Error, Result};
 use crate::metrics as metric;
@@ -26,6 +27,8 @@ pub(crate) struct DbHandle {
     pub(super) cache_bytes: usize,
     /// Set when the file is reopened (see [`take_reopened`](Self::take_reopened)).
     pub(super) reopened: std::sync::atomic::AtomicBool,
+    /// On a node of a cluster: where commits go instead of the log (see `replicated`).
+    pub(super) replicated: Option<Replicated>,
 }
 
 impl DbHandle {
@@ -57,6 +60,7 @@ impl DbHandle {
             checkpoint_bytes: options.checkpoint_bytes,
             cache_bytes: options.cache_bytes,
             reopened: std::sync::atomic::AtomicBool::new(false),
+            replicated: options.replicated.then(Replicated::default),
         };
         match handle.restore_reserve(false) {
             Ok(()) => {}
@@ -129,6 +133,9 @@ impl DbHandle {
 
     /// Whether the log holds commits that redb has not made durable.
     pub(crate) fn has_log(&self) -> bool {
+        if let Some(replicated) = &self.replicated {
+            return replicated.has_log();
+        }
         let wal = self.lock_wal();
         wal.len() > 0 || wal.needs_checkpoint()
     }
@@ -138,13 +145,20 @@ impl DbHandle {
     /// [`checkpoint_due`](Self::checkpoint_due)), redb commits durably instead, and the log is
     /// emptied: `txn` must leave nothing only the log holds (no unfolded chunk).
     ///
+    /// On a node of a cluster, the changes are proposed to the cluster's log instead, and
+    /// `txn` is dropped: the entry is applied once committed (see `replicated`).
+    ///
     /// Fails as the log's write or redb's commit does; the log then holds nothing of `txn`.
+    /// On a node of a cluster, fails as the proposal does.
     pub(crate) fn commit(
         &self,
         mut txn: WriteTransaction,
         redo: &Redo,
         checkpoint: bool,
     ) -> Result<()> {
+        if let Some(replicated) = &self.replicated {
+            return replicated.propose(txn, redo.take(), checkpoint);
+        }
         let mut wal = self.lock_wal();
         let changes = redo.take();
         if checkpoint {
@@ -169,6 +183,9 @@ impl DbHandle {
     /// commit is a checkpoint, as if there were no log, and a reopen has nothing to replay. So
     /// it is while the disk is full.
     pub(crate) fn checkpoint_due(&self, changes: u64) -> bool {
+        if let Some(replicated) = &self.replicated {
+            return replicated.checkpoint_due(changes, self.checkpoint_bytes);
+        }
         let wal = self.lock_wal();
         if wal.needs_checkpoint()
             || wal.len() >= self.checkpoint_bytes

@@ -22,7 +22,8 @@
 //!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
 //!   logged tables, the encoded changes, the replay); `recovery`: opening a file, replaying
 //!   its log, checking its schema, and finding what the last run left live;
-//!   `upgrade`: rewriting files of older schemas; `reads`: the read API; `listing`: reading
+//!   `upgrade`: rewriting files of older schemas; `replicated`: the store as a node of a
+//!   cluster (commits proposed to its log, committed entries applied); `reads`: the read API; `listing`: reading
 //!   rows, tombstones and pages of them.
 //! - `offline`: the `tapedeck db` tools; `overlay`: the storage they read a file through,
 //!   holding redb's writes in memory so that a check never changes the file.
@@ -42,6 +43,7 @@ mod pipeline;
 mod publish;
 mod reads;
 mod recovery;
+mod replicated;
 pub mod schema;
 mod seal_marks;
 mod sealing;
@@ -77,6 +79,7 @@ pub use options::{
 };
 use pipeline::{Writer, WriterSettings};
 pub use recovery::RecoveredLive;
+pub use replicated::Replication;
 pub use schema::{Gone, RecordingMeta, Tombstone};
 pub use seal_marks::{SealMark, Sealing};
 pub use sealing::{RecordingCopy, ScheduleCursor};
@@ -110,6 +113,9 @@ struct Inner {
     background: TaskTracker,
     /// The recordings the last run left live, until the recorder adopts them.
     recovered: Mutex<Vec<RecoveredLive>>,
+    /// On a node of a cluster, counts the entries applied (see `replicated`): readers of a
+    /// recording produced elsewhere wait on it.
+    applied: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for Store {
@@ -153,6 +159,7 @@ impl Store {
                 writer: Mutex::new(Some(handle)),
                 background: TaskTracker::new(),
                 recovered: Mutex::new(recovered),
+                applied: tokio::sync::watch::Sender::new(0),
             }),
         })
     }

@@ -41,6 +41,10 @@ pub struct StoreOptions {
     /// long after the last one did, so that each sync carries more. Zero commits as soon as
     /// the last commit is done. Default 4 ms.
     pub commit_interval: Duration,
+    /// The store is one node of a cluster: commits go to the cluster's log (see
+    /// [`Store::replicate_through`](super::Store::replicate_through)) and committed entries
+    /// are applied with [`Store::apply_entry`](super::Store::apply_entry). Default false.
+    pub replicated: bool,
 }
 
 impl Default for StoreOptions {
@@ -52,6 +56,7 @@ impl Default for StoreOptions {
             checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
             cache_bytes: DEFAULT_CACHE_BYTES as usize,
             commit_interval: DEFAULT_COMMIT_INTERVAL,
+            replicated: false,
         }
     }
 }

@@ -87,7 +87,12 @@ impl Writer {
                 break;
             }
         }
-        // So that the next start has no log to replay.
+        // So that the next start has no log to replay. A node of a cluster applies the
+        // entries past its last checkpoint again instead.
+        if self.db.replicated.is_some() {
+            tracing::debug!("commit pipeline stopped");
+            return;
+        }
         if let Err(err) = self.checkpoint() {
             tracing::error!(error = %err, "could not checkpoint at shutdown; the next start replays the write-ahead log");
         }
@@ -117,7 +122,10 @@ impl Writer {
         }
         match outcome {
             Ok(()) => {
-                delta.commit_to(&self.journal);
+                // On a node of a cluster, applying the entry changed the journal already.
+                if self.db.replicated.is_none() {
+                    delta.commit_to(&self.journal);
+                }
                 metrics::counter!(metric::COMMITS).increment(1);
                 metrics::histogram!(metric::COMMIT_BATCH_OPS).record(ops_in_batch as f64);
                 metrics::counter!(metric::APPENDED_TOKENS).increment(tokens);
@@ -134,8 +142,11 @@ impl Writer {
                     ops = after.callers() + unapplied.len(),
                     "commit failed"
                 );
-                // The file first: it must be usable again before the failures are recorded.
-                self.db.recover(&err);
+                // The file first: it must be usable again before the failures are recorded. (A
+                // node of a cluster wrote nothing: its transaction was dropped.)
+                if self.db.replicated.is_none() {
+                    self.db.recover(&err);
+                }
                 self.fail(after, unapplied, err);
             }
         }
@@ -204,7 +215,9 @@ impl Writer {
             t.flush_metas()?;
         }
         self.db.commit(txn, &redo, true)?;
-        delta.commit_to(&self.journal);
+        if self.db.replicated.is_none() {
+            delta.commit_to(&self.journal);
+        }
         Ok(())
     }
 }

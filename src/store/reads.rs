@@ -86,6 +86,34 @@ impl Store {
         .await
     }
 
+    /// The recordings live in the store now, with what is committed of each (on a node of a
+    /// cluster that comes to lead, those produced through the node that led before).
+    ///
+    /// Fails with a storage error.
+    pub async fn live_recordings(&self) -> Result<Vec<super::RecoveredLive>> {
+        let mut views = self.inner.journal.newest();
+        self.read(move |txn| super::recovery::live_recordings(txn, &mut views))
+            .await
+    }
+
+    /// Where recording `generation` of `key` stands: its status, and its committed chunk count
+    /// and length (read off its chunks while it is live, off its row once it has ended).
+    ///
+    /// Fails as [`read_chunks`](Self::read_chunks) does.
+    pub async fn progress(&self, key: u128, generation: u64) -> Result<(Status, u64, u64)> {
+        let journal = self.inner.journal.last(key);
+        self.read(move |txn| {
+            let meta = check_generation(txn, key, generation)?;
+            if !meta.status.is_live() {
+                return Ok((meta.status, meta.chunk_count, meta.byte_len));
+            }
+            let journal = journal.of_generation(generation);
+            let (chunks, bytes) = StoredChunks::open(txn, key, &meta, journal)?.progress()?;
+            Ok((meta.status, chunks, bytes))
+        })
+        .await
+    }
+
     /// The index of the chunk holding byte `offset` among the first `chunk_count` chunks of
     /// recording `generation` of `key`, by binary search over chunk start offsets (never a scan
     /// from the start). `offset` must be below the committed length.

@@ -2,6 +2,7 @@
 //! version (upgrading older files), folding the journal (its in-memory index did not survive),
 //! and finding the recordings the last run left live, whose producers are gone: the recorder
 //! adopts them as detached recordings, which their producers may resume.
+use std::collections::HashMap;
 use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
@@ -65,7 +66,10 @@ pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Opened> {
         }
         check_schema(&db, path)?;
         fold_journal(&db)?;
-        let live = live_recordings(&db)?;
+        let txn = db.begin_read().map_err(Error::storage)?;
+        // The journal is empty now: every chunk is in `chunks`.
+        let live = live_recordings(&txn, &mut HashMap::new())?;
+        drop(txn);
         Ok(Opened {
             db,
             last_lsn: replayed.last_lsn,
@@ -271,11 +275,15 @@ fn fold_journal(db: &Database) -> Result<()> {
 
 /// Scans the `recordings` rows for the live ones, with the chunk count and length read off
 /// their last chunk (never a scan of their chunks). They stay `recording` in the file.
-fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
+/// `views` holds the newest unfolded chunk of each recording that has any, taken before `txn`
+/// began.
+pub(crate) fn live_recordings(
+    txn: &redb::ReadTransaction,
+    views: &mut HashMap<u128, JournalView>,
+) -> Result<Vec<RecoveredLive>> {
     let mut live = Vec::new();
-    let txn = db.begin_read().map_err(Error::storage)?;
     let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-    let streams = super::schema::optional_table(&txn, super::stream_row::STREAMS)?;
+    let streams = super::schema::optional_table(txn, super::stream_row::STREAMS)?;
     for entry in recordings.iter().map_err(Error::storage)? {
         let (key, value) = entry.map_err(Error::storage)?;
         let meta = decode_meta(value.value())?;
@@ -283,9 +291,9 @@ fn live_recordings(db: &Database) -> Result<Vec<RecoveredLive>> {
             continue;
         }
         let key = key.value();
-        // The journal is empty now: every chunk is in `chunks`.
-        let (chunks, bytes) =
-            StoredChunks::open(&txn, key, &meta, JournalView::default())?.progress()?;
+        let view = views.remove(&key).unwrap_or_default();
+        let view = view.of_generation(meta.generation);
+        let (chunks, bytes) = StoredChunks::open(txn, key, &meta, view)?.progress()?;
         let id = ConversationId::parse(&meta.original_id).map_err(|_| Error::Corrupt {
             detail: format!("recording {key:032x} has an id that does not parse"),
         })?;

@@ -65,6 +65,12 @@ enum Source {
     },
     /// A finished recording; its committed state is fixed.
     Finished { progress: Progress },
+    /// On a node of a cluster, a recording live in the store with no tape here (its producer
+    /// is on another node): its committed state moves as entries are applied.
+    Replicated {
+        progress: Progress,
+        applied: watch::Receiver<u64>,
+    },
     /// A finished recording read from its sealed copy in the object store.
     Sealed {
         progress: Progress,
@@ -204,14 +210,37 @@ impl Replay {
     fn progress(&mut self) -> Progress {
         match &mut self.source {
             Source::Live { progress, .. } => *progress.borrow_and_update(),
-            Source::Finished { progress } | Source::Sealed { progress, .. } => *progress,
+            Source::Finished { progress }
+            | Source::Sealed { progress, .. }
+            | Source::Replicated { progress, .. } => *progress,
         }
     }
 
     async fn wait_for_change(&mut self) {
-        if let Source::Live { progress, .. } = &mut self.source {
-            // The sender lives in the tape this replay holds, so `changed` cannot fail.
-            let _ = progress.changed().await;
+        match &mut self.source {
+            Source::Live { progress, .. } => {
+                // The sender lives in the tape this replay holds, so `changed` cannot fail.
+                let _ = progress.changed().await;
+            }
+            Source::Replicated { progress, applied } => {
+                // The store holds the sender, so `changed` cannot fail while it is open.
+                if applied.changed().await.is_err() {
+                    return;
+                }
+                let store = self.deck.store();
+                match store.progress(self.key, self.generation).await {
+                    Ok((status, chunks, bytes)) => {
+                        *progress = Progress {
+                            chunks,
+                            bytes,
+                            status,
+                        }
+                    }
+                    // Superseded or deleted under this replay: reading says which.
+                    Err(_) => progress.chunks = progress.chunks.max(self.next_index + 1),
+                }
+            }
+            Source::Finished { .. } | Source::Sealed { .. } => {}
         }
     }
 

@@ -110,6 +110,18 @@ impl Replay {
                     None => {}
                 }
             }
+            // On a node of a cluster, a live row with no tape here is produced elsewhere.
+            let store = deck.store();
+            if meta.status.is_live() && store.is_replicated() {
+                let applied = store.applied_changes();
+                let (status, chunks, bytes) = store.progress(id.key(), meta.generation).await?;
+                let progress = Progress {
+                    chunks,
+                    bytes,
+                    status,
+                };
+                return Ok((Source::Replicated { progress, applied }, meta.generation));
+            }
             if meta.status.is_live() && tokio::time::timeout_at(deadline, changed).await.is_ok() {
                 continue;
             }

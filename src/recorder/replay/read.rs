@@ -47,7 +47,7 @@ impl Replay {
     fn tail_chunks(&self, from: u64) -> Option<Vec<Chunk>> {
         match &self.source {
             Source::Live { tape, .. } => tape.tail_from(from),
-            Source::Finished { .. } | Source::Sealed { .. } => None,
+            Source::Finished { .. } | Source::Sealed { .. } | Source::Replicated { .. } => None,
         }
     }
 

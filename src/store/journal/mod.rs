@@ -225,6 +225,14 @@ impl JournalIndex {
         }
     }
 
+    /// The newest unfolded chunk of every recording that has any.
+    pub(crate) fn newest(&self) -> HashMap<u128, JournalView> {
+        self.keys()
+            .into_iter()
+            .map(|key| (key, self.last(key)))
+            .collect()
+    }
+
     /// Unfolded chunks, all recordings together.
     pub(crate) fn chunks(&self) -> usize {
         self.lock().chunks
@@ -234,6 +242,19 @@ impl JournalIndex {
     /// the file was reopened), so they are all folded now.
     pub(crate) fn clear(&self) {
         *self.lock() = Unfolded::default();
+    }
+
+    /// Runs `apply` over every recording's unfolded chunks, holding the index throughout (a
+    /// cluster's entry is applied so, see `replicated`), and counts their chunks again.
+    pub(crate) fn apply_with<T>(
+        &self,
+        apply: impl FnOnce(&mut HashMap<u128, Run>) -> crate::error::Result<T>,
+    ) -> crate::error::Result<T> {
+        let mut unfolded = self.lock();
+        let applied = apply(&mut unfolded.recordings);
+        unfolded.recordings.retain(|_, run| !run.is_empty());
+        unfolded.chunks = unfolded.recordings.values().map(Run::len).sum();
+        applied
     }
 
     /// A copy of `key`'s unfolded chunks.

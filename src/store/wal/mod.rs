@@ -28,7 +28,7 @@ mod replay;
 
 pub(crate) use logged::Logged;
 pub(crate) use redo::{Redo, TableId};
-pub(crate) use replay::{checkpoint_commit, replay};
+pub(crate) use replay::{apply_changes, checkpoint_commit, replay};
 
 /// Bytes of a frame before its payload.
 const HEADER_BYTES: usize = 16;

@@ -116,6 +116,20 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
     Ok(replayed)
 }
 
+/// Applies one commit's changes (a log entry of a cluster's) in `txn`, with `unfolded` as the
+/// recordings' unfolded chunks before it, which it leaves as they are after it.
+///
+/// Fails when the changes do not decode or do not follow on from `unfolded`, or redb fails.
+pub(crate) fn apply_changes(
+    txn: &WriteTransaction,
+    changes: &[u8],
+    unfolded: &mut HashMap<u128, Run>,
+) -> Result<()> {
+    let mut tables = ReplayTables::open(txn, false, unfolded)?;
+    tables.generations = true;
+    tables.apply(changes)
+}
+
 /// The last LSN a checkpoint made durable in `db`; 0 for a file that never had a log.
 pub(crate) fn checkpoint_lsn(db: &Database) -> Result<u64> {
     Ok(meta_value(db, CHECKPOINT_LSN_KEY)?.unwrap_or(0))
@@ -165,6 +179,9 @@ struct ReplayTables<'txn, 'u> {
     sealed: Table<'txn, u128, &'static [u8]>,
     /// Whether the log may hold legacy folds (written before schema 4).
     legacy_folds: bool,
+    /// Whether runs carry their recording's generation, for readers (a replay at open has
+    /// no readers, and folds every run at its end).
+    generations: bool,
     /// Each recording's unfolded chunks so far.
     unfolded: &'u mut HashMap<u128, Run>,
 }
@@ -177,6 +194,7 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
     ) -> Result<Self> {
         Ok(Self {
             legacy_folds,
+            generations: false,
             unfolded,
             chunks: txn.open_table(CHUNKS).map_err(Error::storage)?,
             journal: txn.open_table(JOURNAL).map_err(Error::storage)?,
@@ -234,13 +252,14 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
 
     /// Adds chunk `index` to `key`'s unfolded chunks, which it must follow.
     fn append(&mut self, key: u128, index: u64, value: &[u8]) -> Result<()> {
-        let run = self
-            .unfolded
-            .entry(key)
-            .or_insert_with(|| Run::starting_at(0, index));
-        if run.is_empty() {
-            *run = Run::starting_at(0, index);
+        if self.unfolded.get(&key).is_none_or(Run::is_empty) {
+            let generation = self.generation_of(key)?;
+            self.unfolded
+                .insert(key, Run::starting_at(generation, index));
         }
+        let Some(run) = self.unfolded.get_mut(&key) else {
+            unreachable!("the run was inserted above");
+        };
         if run.end_index() != index {
             return Err(damaged_log(format!(
                 "chunk {index} of {key:032x} is appended after chunk {}",
@@ -249,6 +268,19 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
         }
         run.push(value);
         Ok(())
+    }
+
+    /// The generation of `key`'s recording, when runs carry it; else 0.
+    fn generation_of(&self, key: u128) -> Result<u64> {
+        if !self.generations {
+            return Ok(0);
+        }
+        match self.recordings.get(key).map_err(Error::storage)? {
+            Some(row) => Ok(schema::decode_meta(row.value())?.generation),
+            None => Err(damaged_log(format!(
+                "a chunk of {key:032x} is appended, which has no recording"
+            ))),
+        }
     }
 
     /// Writes segment `(key, first)` as the fold that logged it did: the chunks the row holds,

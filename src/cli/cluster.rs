@@ -1,0 +1,76 @@
+//! `tapedeck cluster status`'s output: the node's view as a few lines and a table of nodes, or
+//! as JSON.
+use std::io::Write;
+
+use anyhow::Result;
+use serde_json::{Value, json};
+use tapedeck::pb::tapedeck::ClusterStatus;
+
+use super::escape;
+
+/// Prints `status` on `out`: a summary line and one row per node, or one JSON object.
+pub(crate) fn status(status: &ClusterStatus, json: bool, out: &mut impl Write) -> Result<()> {
+    if json {
+        writeln!(out, "{}", escape::json_line(&status_json(status)))?;
+        return Ok(());
+    }
+    let leader = status
+        .leader_id
+        .map_or_else(|| "none known".to_string(), |id| id.to_string());
+    writeln!(
+        out,
+        "node {} ({}), leader {leader}, term {}, last log index {}, applied {}",
+        status.node_id,
+        escape::for_terminal(&status.role),
+        status.term,
+        status.last_log_index,
+        status.applied_index
+    )?;
+    writeln!(
+        out,
+        "{:>4}  {:<24}  {:>10}  {:>8}  HEALTH",
+        "NODE", "ADDRESS", "MATCHED", "LAG"
+    )?;
+    for node in &status.nodes {
+        let known = |value: Option<u64>| value.map_or_else(|| "-".to_string(), |v| v.to_string());
+        let health = match (node.healthy, node.lag.is_some()) {
+            (true, _) => "healthy",
+            (false, true) => "behind or silent",
+            (false, false) => "unknown (ask the leader)",
+        };
+        writeln!(
+            out,
+            "{:>4}  {:<24}  {:>10}  {:>8}  {health}",
+            node.id,
+            escape::for_terminal(&node.address),
+            known(node.matched_index),
+            known(node.lag),
+        )?;
+    }
+    Ok(())
+}
+
+fn status_json(status: &ClusterStatus) -> Value {
+    let nodes: Vec<Value> = status
+        .nodes
+        .iter()
+        .map(|node| {
+            json!({
+                "id": node.id,
+                "address": node.address,
+                "matched_index": node.matched_index,
+                "lag": node.lag,
+                "healthy": node.healthy,
+            })
+        })
+        .collect();
+    json!({
+        "node_id": status.node_id,
+        "leader_id": status.leader_id,
+        "role": status.role,
+        "term": status.term,
+        "last_log_index": status.last_log_index,
+        "applied_index": status.applied_index,
+        "nodes": nodes,
+    })
+}

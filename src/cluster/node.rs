@@ -1,0 +1,298 @@
+//! One node of a cluster, started: its log, its state machine (the store), the network to the
+//! other nodes and the port they reach it on; the cluster formed on first start; the store's
+//! commits proposed through it.
+use std::collections::{BTreeMap, BTreeSet};
+use std::net::IpAddr;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use openraft::error::{ClientWriteError, RaftError};
+use openraft::{BasicNode, SnapshotPolicy};
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use super::log::LogStore;
+use super::machine::{AppliedState, Machine};
+use super::network::Network;
+use super::settings::ClusterConfig;
+use super::types::{NodeId, Proposal, Raft};
+use crate::error::{Error, Result};
+use crate::store::{Replication, Store};
+
+/// Heartbeats from the leader, in ms; a follower that hears none for an election timeout
+/// (a random time between the two below) stands for election.
+const HEARTBEAT_MS: u64 = 100;
+const ELECTION_TIMEOUT_MIN_MS: u64 = 600;
+pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 1_200;
+/// How long a node with an empty log waits to hear from a leader before it forms the cluster
+/// itself: a node whose disk was wiped rejoins the cluster it was part of instead.
+const JOIN_WAIT: Duration = Duration::from_millis(3 * ELECTION_TIMEOUT_MAX_MS);
+/// How long a commit may wait for a majority before its producers are told there is none.
+const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
+
+/// A running node of a cluster; cheap to clone.
+#[derive(Clone)]
+pub struct Cluster {
+    pub(super) raft: Raft,
+    pub(super) config: Arc<ClusterConfig>,
+    /// The last log index applied here.
+    applied: tokio::sync::watch::Receiver<u64>,
+}
+
+/// The cluster's port, served until the stop token is cancelled.
+pub struct Served {
+    /// The node.
+    pub cluster: Cluster,
+    /// The task serving the other nodes; ends after the stop token is cancelled.
+    pub server: JoinHandle<Result<()>>,
+}
+
+impl Cluster {
+    /// Starts this node: opens its log under `data_dir`, serves the other nodes on
+    /// `listener`, forms the cluster if no leader is heard from and the log is empty, and
+    /// sends `store`'s commits through the cluster from now on.
+    ///
+    /// Fails when the log cannot be opened or the network cannot be set up.
+    pub async fn start(
+        config: &ClusterConfig,
+        listener: TcpListener,
+        data_dir: &Path,
+        store: &Store,
+        tls: Option<&crate::config::TlsFiles>,
+        stop: CancellationToken,
+    ) -> Result<Served> {
+        let log_dir = data_dir.join("raft");
+        let log = LogStore::open(&log_dir).map_err(|err| Error::Cluster {
+            reason: format!("cannot open the log in {}: {err}", log_dir.display()),
+        })?;
+        let (applied_tx, applied) = tokio::sync::watch::channel(0);
+        let machine = Machine::open(store.clone(), applied_tx)?;
+        let raft_config = openraft::Config {
+            cluster_name: "tapedeck".into(),
+            heartbeat_interval: HEARTBEAT_MS,
+            election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
+            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+            // No snapshots: the log is kept whole (see `machine`).
+            snapshot_policy: SnapshotPolicy::Never,
+            ..Default::default()
+        }
+        .validate()
+        .map_err(|err| Error::Cluster {
+            reason: err.to_string(),
+        })?;
+        let network = Network::new(config.peers.clone(), super::tls::client(tls)?);
+        let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
+            .await
+            .map_err(|err| Error::Cluster {
+                reason: err.to_string(),
+            })?;
+        let allowed = peer_ips(config).await;
+        let server = tokio::spawn(super::service::serve(
+            listener,
+            raft.clone(),
+            allowed,
+            super::tls::server(tls)?,
+            stop.cancelled_owned(),
+        ));
+        let cluster = Cluster {
+            raft,
+            config: Arc::new(config.clone()),
+            applied,
+        };
+        cluster.form().await?;
+        store.replicate_through(Arc::new(Proposer {
+            cluster: cluster.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
+        tracing::info!(node = config.node_id, listen = %config.listen, voters = config.peers.len(), "cluster node started");
+        Ok(Served { cluster, server })
+    }
+
+    /// Forms the cluster with every configured voter, unless this node's log has entries or a
+    /// leader contacts it within [`JOIN_WAIT`] (it is rejoining a cluster already formed).
+    /// Every node of a new cluster forms it with the same voters, which is safe.
+    async fn form(&self) -> Result<()> {
+        let initialized = self.raft.is_initialized().await.map_err(fatal)?;
+        if initialized {
+            return Ok(());
+        }
+        let mut metrics = self.raft.metrics();
+        let contacted = tokio::time::timeout(JOIN_WAIT, async {
+            while metrics.borrow().current_leader.is_none() {
+                if metrics.changed().await.is_err() {
+                    break;
+                }
+            }
+        })
+        .await;
+        if contacted.is_ok() {
+            return Ok(());
+        }
+        let voters: BTreeMap<NodeId, BasicNode> = self
+            .config
+            .peers
+            .iter()
+            .map(|(id, addr)| (*id, BasicNode::new(addr)))
+            .collect();
+        match self.raft.initialize(voters).await {
+            Ok(()) => tracing::info!("formed the cluster"),
+            // Another node formed it first and this one has heard from it.
+            Err(RaftError::APIError(err)) => {
+                tracing::debug!(%err, "the cluster was formed already")
+            }
+            Err(RaftError::Fatal(err)) => return Err(fatal(err)),
+        }
+        Ok(())
+    }
+
+    /// The Raft handle, for status and tests.
+    pub fn raft(&self) -> &Raft {
+        &self.raft
+    }
+
+    /// This node's id.
+    pub fn node_id(&self) -> NodeId {
+        self.config.node_id
+    }
+
+    /// The last log index applied here.
+    pub fn applied_index(&self) -> u64 {
+        *self.applied.borrow()
+    }
+
+    /// Why this node cannot commit, naming the leader if it knows one.
+    fn no_quorum(&self) -> Error {
+        let leader = self.raft.metrics().borrow().current_leader;
+        let leader = leader.filter(|id| *id != self.config.node_id);
+        Error::NoQuorum {
+            leader,
+            leader_address: leader.and_then(|id| self.config.peers.get(&id).cloned()),
+        }
+    }
+
+    /// Runs `adopt` each time this node comes to lead, once it has applied every entry the
+    /// leaders before it committed; until `stop` is cancelled.
+    pub async fn on_each_lead<F, Fut>(self, stop: CancellationToken, adopt: F)
+    where
+        F: Fn() -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        let mut metrics = self.raft.metrics();
+        let mut leading_term = None;
+        loop {
+            let (term, leads, ready) = {
+                let m = metrics.borrow_and_update();
+                let leads = m.current_leader == Some(self.config.node_id)
+                    && m.state == openraft::ServerState::Leader;
+                // The leader's first entry of its term is its last one now; once it is
+                // applied, so is everything committed before it.
+                let applied = m.last_applied.map(|id| id.index);
+                (m.current_term, leads, applied >= m.last_log_index)
+            };
+            if !leads {
+                leading_term = None;
+            } else if ready && leading_term != Some(term) {
+                leading_term = Some(term);
+                tracing::info!(term, "this node leads the cluster");
+                adopt().await;
+            }
+            tokio::select! {
+                () = stop.cancelled() => return,
+                changed = metrics.changed() => if changed.is_err() { return },
+            }
+        }
+    }
+
+    /// Stops the node's Raft.
+    pub async fn shutdown(&self) {
+        let _ = self.raft.shutdown().await;
+    }
+}
+
+/// Proposes the store's commits to the cluster, from the writer's thread.
+struct Proposer {
+    cluster: Cluster,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Replication for Proposer {
+    fn propose(&self, changes: Vec<u8>, checkpoint: bool, seen: Option<Vec<u8>>) -> Result<()> {
+        if self.cut_off() {
+            return Err(self.cluster.no_quorum());
+        }
+        let base = match seen {
+            Some(bytes) => AppliedState::decode(&bytes)?.last_commit,
+            None => None,
+        };
+        let proposal = Proposal {
+            changes,
+            checkpoint,
+            base,
+        };
+        let write = self.cluster.raft.client_write(proposal);
+        // The timer is made inside the runtime: this thread is not one of its workers.
+        let written = self
+            .runtime
+            .block_on(async { tokio::time::timeout(PROPOSE_TIMEOUT, write).await });
+        match written {
+            Ok(Ok(written)) if written.data => Ok(()),
+            // Committed, but on an older state than the last commit applied: not applied.
+            Ok(Ok(_)) => Err(self.cluster.no_quorum()),
+            Ok(Err(RaftError::APIError(ClientWriteError::ForwardToLeader(to)))) => {
+                Err(Error::NoQuorum {
+                    leader: to.leader_id,
+                    leader_address: to.leader_node.map(|node| node.addr),
+                })
+            }
+            Ok(Err(err)) => {
+                tracing::warn!(error = %err, "a commit was not replicated");
+                Err(self.cluster.no_quorum())
+            }
+            Err(_) => Err(self.cluster.no_quorum()),
+        }
+    }
+
+    fn leads(&self) -> bool {
+        if self.cut_off() {
+            return false;
+        }
+        let metrics = self.cluster.raft.metrics();
+        let leader = metrics.borrow().current_leader;
+        leader == Some(self.cluster.config.node_id)
+    }
+}
+
+impl Proposer {
+    /// Whether this node leads but has heard from no majority for longer than an election
+    /// takes: it is cut off, and its proposals would only wait out their timeout.
+    fn cut_off(&self) -> bool {
+        let metrics = self.cluster.raft.metrics();
+        let metrics = metrics.borrow();
+        metrics.state == openraft::ServerState::Leader
+            && metrics
+                .millis_since_quorum_ack
+                .is_some_and(|ms| ms > 2 * ELECTION_TIMEOUT_MAX_MS)
+    }
+}
+
+/// The addresses the other nodes connect from: those their configured hosts resolve to.
+async fn peer_ips(config: &ClusterConfig) -> BTreeSet<IpAddr> {
+    let mut ips = BTreeSet::new();
+    for addr in config.peers.values() {
+        match tokio::net::lookup_host(addr.as_str()).await {
+            Ok(found) => ips.extend(found.map(|addr| addr.ip())),
+            Err(err) => {
+                tracing::warn!(peer = %addr, error = %err, "cannot resolve a peer's address; calls from it are refused until restart")
+            }
+        }
+    }
+    ips
+}
+
+fn fatal(err: openraft::error::Fatal<NodeId>) -> Error {
+    Error::Cluster {
+        reason: err.to_string(),
+    }
+}

@@ -1,0 +1,121 @@
+//! The server side of traffic between nodes, on `--cluster-listen`: openraft's RPCs, decoded,
+//! handed to this node's Raft, and answered. Calls from anything but a configured peer are
+//! refused.
+use std::collections::BTreeSet;
+use std::future::Future;
+use std::net::IpAddr;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tonic::transport::server::TcpIncoming;
+use tonic::transport::{Server, ServerTlsConfig};
+use tonic::{Request, Response, Status};
+
+use super::types::Raft;
+use super::wire;
+use crate::error::{Error, Result};
+use crate::pb::cluster::Payload;
+use crate::pb::cluster::cluster_server::{Cluster, ClusterServer};
+
+/// The addresses the peers connect from.
+pub(crate) type Allowed = BTreeSet<IpAddr>;
+
+/// This node's side of the cluster's RPCs.
+struct Service {
+    raft: Raft,
+    allowed: Allowed,
+}
+
+impl Service {
+    /// Refuses a call that does not come from a configured peer.
+    fn check<T>(&self, request: &Request<T>) -> std::result::Result<(), Status> {
+        match request.remote_addr() {
+            Some(addr) if self.allowed.contains(&addr.ip()) => Ok(()),
+            Some(addr) => Err(Status::permission_denied(format!(
+                "{} is not one of this cluster's nodes; only the addresses in --cluster-peers \
+                 (TAPEDECK_CLUSTER_PEERS) may call this port",
+                addr.ip()
+            ))),
+            None => Err(Status::permission_denied(
+                "the caller's address is unknown; only this cluster's nodes may call this port",
+            )),
+        }
+    }
+}
+
+/// Decodes a request, runs it, encodes its result.
+async fn relay<Req, Res, E, Fut>(
+    request: Request<Payload>,
+    run: impl FnOnce(Req) -> Fut,
+) -> std::result::Result<Response<Payload>, Status>
+where
+    Req: DeserializeOwned,
+    Res: Serialize,
+    E: Serialize,
+    Fut: Future<Output = std::result::Result<Res, E>>,
+{
+    let request: Req = wire::decode(request.get_ref())
+        .map_err(|err| Status::invalid_argument(format!("the payload does not decode: {err}")))?;
+    let result = run(request).await;
+    let payload = wire::encode(&result)
+        .map_err(|err| Status::internal(format!("the answer does not encode: {err}")))?;
+    Ok(Response::new(payload))
+}
+
+#[tonic::async_trait]
+impl Cluster for Service {
+    async fn append_entries(
+        &self,
+        request: Request<Payload>,
+    ) -> std::result::Result<Response<Payload>, Status> {
+        self.check(&request)?;
+        relay(request, |rpc| self.raft.append_entries(rpc)).await
+    }
+
+    async fn vote(
+        &self,
+        request: Request<Payload>,
+    ) -> std::result::Result<Response<Payload>, Status> {
+        self.check(&request)?;
+        relay(request, |rpc| self.raft.vote(rpc)).await
+    }
+
+    async fn install_snapshot(
+        &self,
+        request: Request<Payload>,
+    ) -> std::result::Result<Response<Payload>, Status> {
+        self.check(&request)?;
+        relay(request, |rpc| self.raft.install_snapshot(rpc)).await
+    }
+}
+
+/// Serves the cluster's RPCs on `listener` to the addresses in `allowed`, with `tls` if given,
+/// until `shutdown` resolves.
+///
+/// Fails when TLS cannot be set up or the server fails.
+pub(crate) async fn serve(
+    listener: TcpListener,
+    raft: Raft,
+    allowed: Allowed,
+    tls: Option<ServerTlsConfig>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> Result<()> {
+    let service = ClusterServer::new(Service { raft, allowed })
+        .max_decoding_message_size(usize::MAX)
+        .max_encoding_message_size(usize::MAX);
+    let mut server = Server::builder();
+    if let Some(tls) = tls {
+        server = server
+            .tls_config(tls)
+            .map_err(|err| crate::server::tls_error(&err))?;
+    }
+    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+    server
+        .add_service(service)
+        .serve_with_incoming_shutdown(incoming, shutdown)
+        .await
+        .map_err(|err| Error::Cluster {
+            reason: format!("the cluster port failed: {err}"),
+        })
+}

@@ -1,0 +1,270 @@
+//! Quorum replication across three real `tapedeck` binaries on loopback: a recording made on
+//! the leader is on every node byte for byte; a follower and a minority refuse to commit,
+//! saying who leads; the leader SIGKILLed, the others elect a new one and lose nothing
+//! acknowledged; a node whose disk was wiped rejoins and catches up from the log.
+mod common;
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use common::{BinaryServer, WAIT, free_port, record_all, replay_text};
+use tempfile::TempDir;
+use tonic::Code;
+
+/// Three nodes' data dirs and cluster ports, and the nodes running now.
+struct Trio {
+    dirs: Vec<TempDir>,
+    peers: String,
+    nodes: BTreeMap<u64, BinaryServer>,
+}
+
+impl Trio {
+    /// Starts three nodes of a new cluster, at once (each waits to hear from a leader before
+    /// it forms the cluster itself).
+    fn start() -> Trio {
+        let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
+        let peers = (1..=3)
+            .map(|id| format!("{id}={}", free_port()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut trio = Trio {
+            dirs,
+            peers,
+            nodes: BTreeMap::new(),
+        };
+        let started: Vec<(u64, BinaryServer)> = std::thread::scope(|scope| {
+            let spawns: Vec<_> = (1..=3)
+                .map(|id| {
+                    let trio = &trio;
+                    scope.spawn(move || (id, trio.spawn_node(id)))
+                })
+                .collect();
+            spawns.into_iter().map(|s| s.join().unwrap()).collect()
+        });
+        trio.nodes.extend(started);
+        trio
+    }
+
+    fn spawn_node(&self, id: u64) -> BinaryServer {
+        let listen = self
+            .peers
+            .split(',')
+            .find_map(|peer| peer.strip_prefix(&format!("{id}=")))
+            .unwrap()
+            .to_string();
+        let id_text = id.to_string();
+        BinaryServer::spawn(
+            self.dirs[(id - 1) as usize].path(),
+            &[
+                "--node-id",
+                &id_text,
+                "--cluster-listen",
+                &listen,
+                "--cluster-peers",
+                &self.peers,
+            ],
+        )
+    }
+
+    /// Starts node `id` again on its data dir.
+    fn restart(&mut self, id: u64) {
+        let node = self.spawn_node(id);
+        self.nodes.insert(id, node);
+    }
+
+    /// SIGKILLs node `id`.
+    fn kill(&mut self, id: u64) {
+        self.nodes.remove(&id).unwrap().kill();
+    }
+
+    /// The node that leads now, as the nodes' `tapedeck.v1.Cluster/Status` tell it, within
+    /// [`WAIT`].
+    async fn leader(&self) -> u64 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            for (id, node) in &self.nodes {
+                if let Ok(status) = status_of(node).await
+                    && status.role == "leader"
+                {
+                    return *id;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no node led within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+/// Node `node`'s view of the cluster.
+async fn status_of(
+    node: &BinaryServer,
+) -> Result<tapedeck::pb::tapedeck::ClusterStatus, tonic::Status> {
+    let config = tapedeck::client::ClientConfig::new(node.addr.to_string());
+    let client = tapedeck::client::Client::connect(config).await?;
+    client.cluster_status().await
+}
+
+fn tokens(n: usize, tag: &str) -> Vec<String> {
+    (0..n).map(|i| format!("{tag}-{i}|")).collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_made_on_the_leader_is_on_every_node_byte_for_byte() {
+    let trio = Trio::start();
+    let leader = trio.leader().await;
+    let tokens = tokens(200, "t");
+    let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    record_all(&trio.nodes[&leader].recorder().await, b"everywhere", &refs).await;
+    let expected: String = tokens.concat();
+    for (id, node) in &trio.nodes {
+        let replayed = replay_text(&node.recorder().await, b"everywhere")
+            .await
+            .unwrap_or_else(|err| panic!("node {id}: {err}"));
+        assert_eq!(replayed.text, expected, "node {id}");
+        assert_eq!(replayed.status.as_deref(), Some("completed"), "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_tells_each_nodes_progress() {
+    let trio = Trio::start();
+    let leader = trio.leader().await;
+    record_all(
+        &trio.nodes[&leader].recorder().await,
+        b"progress",
+        &["a", "b"],
+    )
+    .await;
+    let status = status_of(&trio.nodes[&leader]).await.unwrap();
+    assert_eq!(status.node_id, leader);
+    assert_eq!(status.leader_id, Some(leader));
+    assert_eq!(status.nodes.len(), 3);
+    assert!(status.applied_index > 0);
+    for node in &status.nodes {
+        assert!(node.matched_index.is_some(), "{node:?}");
+    }
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let seen = status_of(&trio.nodes[&follower]).await.unwrap();
+    assert_eq!(
+        (seen.role.as_str(), seen.leader_id),
+        ("follower", Some(leader))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_follower_refuses_to_commit_naming_the_leader() {
+    let trio = Trio::start();
+    // A loaded machine may move the lead between the look and the write: then look again.
+    for _ in 0..5 {
+        let leader = trio.leader().await;
+        let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+        let client = trio.nodes[&follower].recorder().await;
+        let recording = common::Recording::open(&client, b"refused").await;
+        recording.send("x").await;
+        match recording.complete().await {
+            Err(err) => {
+                assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+                let leader = trio.leader().await;
+                assert!(
+                    err.message().contains(&format!("node {leader} ")),
+                    "{}",
+                    err.message()
+                );
+                return;
+            }
+            Ok(_) => assert_eq!(trio.leader().await, follower, "a follower committed"),
+        }
+    }
+    panic!("the lead moved on every try");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_leader_killed_a_new_one_commits_and_nothing_acknowledged_is_lost() {
+    let mut trio = Trio::start();
+    let leader = trio.leader().await;
+    let before = tokens(100, "before");
+    let refs: Vec<&str> = before.iter().map(String::as_str).collect();
+    record_all(&trio.nodes[&leader].recorder().await, b"acked", &refs).await;
+    trio.kill(leader);
+    let next = trio.leader().await;
+    assert_ne!(next, leader);
+    let after = tokens(50, "after");
+    let refs: Vec<&str> = after.iter().map(String::as_str).collect();
+    record_all(&trio.nodes[&next].recorder().await, b"later", &refs).await;
+    trio.restart(leader);
+    for (id, node) in &trio.nodes {
+        let client = node.recorder().await;
+        let deadline = tokio::time::Instant::now() + WAIT;
+        // The restarted node catches up from the log.
+        let later = loop {
+            match replay_text(&client, b"later").await {
+                Ok(replayed) if replayed.status.as_deref() == Some("completed") => break replayed,
+                _ if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                other => panic!("node {id}: {other:?}"),
+            }
+        };
+        assert_eq!(later.text, after.concat(), "node {id}");
+        let acked = replay_text(&client, b"acked").await.unwrap();
+        assert_eq!(acked.text, before.concat(), "node {id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_minority_acknowledges_nothing_and_says_so() {
+    let mut trio = Trio::start();
+    let leader = trio.leader().await;
+    let others: Vec<u64> = trio
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    for id in others {
+        trio.kill(id);
+    }
+    let client = trio.nodes[&leader].recorder().await;
+    let recording = common::Recording::open(&client, b"alone").await;
+    recording.send("x").await;
+    let err = recording.complete().await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains("cannot commit"), "{}", err.message());
+    let replayed = replay_text(&client, b"alone").await;
+    assert!(
+        matches!(&replayed, Err(err) if err.code() == Code::NotFound),
+        "{replayed:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
+    let mut trio = Trio::start();
+    let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let tokens = tokens(300, "w");
+    let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    record_all(&trio.nodes[&leader].recorder().await, b"kept", &refs).await;
+    trio.kill(follower);
+    let dir = trio.dirs[(follower - 1) as usize].path().to_path_buf();
+    std::fs::remove_dir_all(&dir).unwrap();
+    std::fs::create_dir_all(&dir).unwrap();
+    trio.restart(follower);
+    let client = trio.nodes[&follower].recorder().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        match replay_text(&client, b"kept").await {
+            Ok(replayed) if replayed.status.as_deref() == Some("completed") => {
+                assert_eq!(replayed.text, tokens.concat());
+                break;
+            }
+            _ if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            other => panic!("the wiped node did not catch up: {other:?}"),
+        }
+    }
+}
