@@ -259,6 +259,15 @@ pub enum Error {
         /// The leader's cluster address, if known.
         leader_address: Option<String>,
     },
+    /// The cluster's leader refused a call this node forwarded to it; `kind` is how it was
+    /// refused, `message` what it said.
+    #[error("{message}")]
+    LeaderRefused {
+        /// How the leader refused it.
+        kind: crate::error::Kind,
+        /// What the leader said.
+        message: String,
+    },
     /// This node's cluster cannot run: its log cannot be opened or written, or its network
     /// cannot be set up.
     #[error("the cluster cannot run: {reason}")]

@@ -93,10 +93,6 @@ pub async fn run(
     };
     let mut recorder = Recorder::new(store.clone(), limits, policy);
     let lifecycle = Lifecycle::default();
-    let cluster = match &config.cluster {
-        Some(cluster) => Some(start_cluster(cluster, &store, config, &lifecycle).await?),
-        None => None,
-    };
     let sealer = match &config.object_store {
         Some(url) => {
             let tier = Tier::open(url)?.with_tombstone_retention(config.tombstone_retention);
@@ -116,6 +112,10 @@ pub async fn run(
                 lifecycle.stop.clone(),
             )))
         }
+        None => None,
+    };
+    let cluster = match &config.cluster {
+        Some(cluster) => Some(start_cluster(cluster, &recorder, config, &lifecycle).await?),
         None => None,
     };
     if let Some(served) = &cluster {
@@ -274,7 +274,7 @@ pub async fn run(
 /// Fails when the port cannot be bound or the node cannot start.
 async fn start_cluster(
     cluster: &crate::cluster::ClusterConfig,
-    store: &Store,
+    recorder: &Recorder,
     config: &Config,
     lifecycle: &Lifecycle,
 ) -> Result<crate::cluster::Served> {
@@ -291,7 +291,7 @@ async fn start_cluster(
         cluster,
         listener,
         &config.data_dir,
-        store,
+        recorder,
         config.tls.as_ref(),
         lifecycle.stop.clone(),
     )

@@ -4,6 +4,8 @@
 //!
 //! # Layout
 //! - `types`: what openraft runs with (the entry payload, node ids).
+//! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
+//!   leader (this node's side, the leader's side), failing over to the next leader.
 //! - `log`: this node's Raft log on disk, fsynced before an entry counts.
 //! - `machine`: the state machine, which applies committed entries to the store.
 //! - `node`: a node started: the log, the state machine, the network, the cluster formed,
@@ -13,10 +15,12 @@
 //! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
 //!   tonic on `--cluster-listen`; `wire`: how they are encoded.
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
+mod forwarded;
 mod log;
 mod machine;
 mod network;
 mod node;
+mod produce;
 mod service;
 mod settings;
 mod status;
@@ -24,6 +28,7 @@ mod tls;
 mod types;
 mod wire;
 
+pub use forwarded::Forwarded;
 pub use node::{Cluster, Served};
 pub use settings::ClusterConfig;
 pub use status::{ClusterStatus, NodeProgress};

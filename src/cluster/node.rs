@@ -19,7 +19,8 @@ use super::network::Network;
 use super::settings::ClusterConfig;
 use super::types::{NodeId, Proposal, Raft};
 use crate::error::{Error, Result};
-use crate::store::{Replication, Store};
+use crate::recorder::Recorder;
+use crate::store::Replication;
 
 /// Heartbeats from the leader, in ms; a follower that hears none for an election timeout
 /// (a random time between the two below) stands for election.
@@ -37,8 +38,18 @@ const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 pub struct Cluster {
     pub(super) raft: Raft,
     pub(super) config: Arc<ClusterConfig>,
+    /// How this node dials the others.
+    tls: Option<tonic::transport::ClientTlsConfig>,
     /// The last log index applied here.
     applied: tokio::sync::watch::Receiver<u64>,
+}
+
+impl std::fmt::Debug for Cluster {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Cluster")
+            .field("node_id", &self.config.node_id)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The cluster's port, served until the stop token is cancelled.
@@ -59,10 +70,11 @@ impl Cluster {
         config: &ClusterConfig,
         listener: TcpListener,
         data_dir: &Path,
-        store: &Store,
+        recorder: &Recorder,
         tls: Option<&crate::config::TlsFiles>,
         stop: CancellationToken,
     ) -> Result<Served> {
+        let store = recorder.deck().store();
         let log_dir = data_dir.join("raft");
         let log = LogStore::open(&log_dir).map_err(|err| Error::Cluster {
             reason: format!("cannot open the log in {}: {err}", log_dir.display()),
@@ -82,7 +94,8 @@ impl Cluster {
         .map_err(|err| Error::Cluster {
             reason: err.to_string(),
         })?;
-        let network = Network::new(config.peers.clone(), super::tls::client(tls)?);
+        let client_tls = super::tls::client(tls)?;
+        let network = Network::new(config.peers.clone(), client_tls.clone());
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
             .await
             .map_err(|err| Error::Cluster {
@@ -92,6 +105,7 @@ impl Cluster {
         let server = tokio::spawn(super::service::serve(
             listener,
             raft.clone(),
+            recorder.clone(),
             allowed,
             super::tls::server(tls)?,
             stop.cancelled_owned(),
@@ -99,6 +113,7 @@ impl Cluster {
         let cluster = Cluster {
             raft,
             config: Arc::new(config.clone()),
+            tls: client_tls,
             applied,
         };
         cluster.form().await?;
@@ -162,8 +177,23 @@ impl Cluster {
         *self.applied.borrow()
     }
 
+    /// A channel to the leader's cluster port, if a leader is known.
+    pub(super) async fn leader_channel(&self) -> Option<tonic::transport::Channel> {
+        let leader = self.raft.metrics().borrow().current_leader?;
+        let address = self.config.peers.get(&leader)?;
+        let scheme = if self.tls.is_some() { "https" } else { "http" };
+        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))
+            .ok()?
+            .connect_timeout(Duration::from_secs(1))
+            .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint.tls_config(tls.clone()).ok()?;
+        }
+        endpoint.connect().await.ok()
+    }
+
     /// Why this node cannot commit, naming the leader if it knows one.
-    fn no_quorum(&self) -> Error {
+    pub(super) fn no_quorum(&self) -> Error {
         let leader = self.raft.metrics().borrow().current_leader;
         let leader = leader.filter(|id| *id != self.config.node_id);
         Error::NoQuorum {

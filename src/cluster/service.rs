@@ -10,7 +10,11 @@ use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Server, ServerTlsConfig};
-use tonic::{Request, Response, Status};
+use tonic::{Request, Response, Status, Streaming};
+
+use super::produce::ProducingStream;
+use crate::pb::cluster::Produced;
+use crate::recorder::Recorder;
 
 use super::types::Raft;
 use super::wire;
@@ -24,6 +28,8 @@ pub(crate) type Allowed = BTreeSet<IpAddr>;
 /// This node's side of the cluster's RPCs.
 struct Service {
     raft: Raft,
+    /// Runs the producer sessions other nodes forward here.
+    recorder: Recorder,
     allowed: Allowed,
 }
 
@@ -88,6 +94,19 @@ impl Cluster for Service {
         self.check(&request)?;
         relay(request, |rpc| self.raft.install_snapshot(rpc)).await
     }
+
+    type ProduceStream = ProducingStream;
+
+    async fn produce(
+        &self,
+        request: Request<Streaming<Produced>>,
+    ) -> std::result::Result<Response<ProducingStream>, Status> {
+        self.check(&request)?;
+        let mut incoming = request.into_inner();
+        let open = super::produce::first_open(&mut incoming).await?;
+        let answers = super::produce::produce(&self.recorder, open, incoming).await?;
+        Ok(Response::new(answers))
+    }
 }
 
 /// Serves the cluster's RPCs on `listener` to the addresses in `allowed`, with `tls` if given,
@@ -97,13 +116,18 @@ impl Cluster for Service {
 pub(crate) async fn serve(
     listener: TcpListener,
     raft: Raft,
+    recorder: Recorder,
     allowed: Allowed,
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let service = ClusterServer::new(Service { raft, allowed })
-        .max_decoding_message_size(usize::MAX)
-        .max_encoding_message_size(usize::MAX);
+    let service = ClusterServer::new(Service {
+        raft,
+        recorder,
+        allowed,
+    })
+    .max_decoding_message_size(usize::MAX)
+    .max_encoding_message_size(usize::MAX);
     let mut server = Server::builder();
     if let Some(tls) = tls {
         server = server

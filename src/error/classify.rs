@@ -109,6 +109,7 @@ impl Error {
             Error::Unauthenticated { .. } => Kind::Unauthenticated,
             Error::PermissionDenied { .. } => Kind::PermissionDenied,
             Error::Shared(inner) => inner.kind(),
+            Error::LeaderRefused { kind, .. } => *kind,
             Error::SchemaVersion { .. }
             | Error::OpenDatabase { .. }
             | Error::DamagedDatabase { .. }

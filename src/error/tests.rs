@@ -13,7 +13,7 @@ use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
-const VARIANTS: usize = 58;
+const VARIANTS: usize = 59;
 
 /// How many kinds [`Kind`] has: each one is some variant's.
 const KINDS: usize = 13;
@@ -60,6 +60,8 @@ fn expected(err: &Error) -> (&'static str, Code, StatusCode) {
         Error::ObjectStoreUnavailable { .. } => ("ObjectStoreUnavailable", G::Unavailable, H::SERVICE_UNAVAILABLE),
         Error::NoQuorum { .. } => ("NoQuorum", G::Unavailable, H::SERVICE_UNAVAILABLE),
         Error::Cluster { .. } => ("Cluster", G::Internal, H::INTERNAL_SERVER_ERROR),
+        Error::LeaderRefused { kind: Kind::AlreadyExists, .. } => ("LeaderRefused", G::AlreadyExists, H::CONFLICT),
+        Error::LeaderRefused { .. } => ("LeaderRefused", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Superseded => ("Superseded", G::Aborted, H::CONFLICT),
         Error::RecordingEnded => ("RecordingEnded", G::Aborted, H::CONFLICT),
         Error::ShuttingDown => ("ShuttingDown", G::Unavailable, H::SERVICE_UNAVAILABLE),
@@ -172,6 +174,10 @@ async fn every_variant() -> Vec<Error> {
             leader_address: Some("10.0.0.2:7070".into()),
         },
         Error::Cluster { reason: reason() },
+        Error::LeaderRefused {
+            kind: Kind::AlreadyExists,
+            message: reason(),
+        },
         Error::Superseded,
         Error::RecordingEnded,
         Error::ShuttingDown,

@@ -10,6 +10,7 @@ mod recorder;
 mod recordings;
 mod resumer;
 mod routes;
+mod session;
 pub(crate) mod status;
 mod telemetry;
 

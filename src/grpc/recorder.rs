@@ -2,6 +2,7 @@
 use tonic::{Request, Response, Status, Streaming};
 
 use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::session::Session;
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
     start_options, stream_replay,
@@ -13,7 +14,7 @@ use crate::pb::{
     CancelRecordRequest, CancelRecordResponse, CheckRecordingsRequest, CheckRecordingsResponse,
     IsEnabledResponse, RecordRequest, RecordResponse, RecordStatus, ReplayRequest, ReplayResponse,
 };
-use crate::recorder::{Producer, Progress, Recorder, Status as RecordingStatus, Stopped};
+use crate::recorder::{Progress, Recorder, Status as RecordingStatus, Stopped};
 
 /// The current recorder API over a [`Recorder`].
 #[derive(Clone, Debug)]
@@ -22,6 +23,8 @@ pub struct RecorderService {
     guard: Guard,
     lifecycle: Lifecycle,
     locator: Option<Locator>,
+    /// On a node of a cluster: producer sessions are run by its leader.
+    cluster: Option<crate::cluster::Cluster>,
 }
 
 impl RecorderService {
@@ -38,7 +41,14 @@ impl RecorderService {
             guard,
             lifecycle,
             locator,
+            cluster: None,
         }
+    }
+
+    /// The same service on a node of `cluster`: producer sessions are forwarded to its leader.
+    pub fn with_cluster(mut self, cluster: Option<crate::cluster::Cluster>) -> Self {
+        self.cluster = cluster;
+        self
     }
 }
 
@@ -54,10 +64,19 @@ impl ResponseRecorderService for RecorderService {
         let id = parse_id(&first.conversation_id)?;
         principal.authorize(Operation::Record, &id)?;
         let options = start_options(first.resume_from_offset, first.retention_seconds)?;
-        let resume = options.resume_from.is_some();
-        admit_producer(self.locator.as_ref(), &self.recorder, &id, resume, false).await?;
-        let producer = self.recorder.start(id, options).await?;
-        record_stream(producer, first, stream)
+        let session = match &self.cluster {
+            Some(cluster) => Session::Forwarded(
+                cluster
+                    .forward_producer(id, options.resume_from, options.retention)
+                    .await?,
+            ),
+            None => {
+                let resume = options.resume_from.is_some();
+                admit_producer(self.locator.as_ref(), &self.recorder, &id, resume, false).await?;
+                Session::Local(self.recorder.start(id, options).await?)
+            }
+        };
+        record_stream(session, first, stream)
             .await
             .map(Response::new)
     }
@@ -152,7 +171,7 @@ impl ResponseRecorderService for RecorderService {
 /// stopped by another hand (cancel, delete, supersede, idle, another producer resuming,
 /// shutdown).
 async fn record_stream(
-    mut producer: Producer,
+    mut producer: Session,
     first: RecordRequest,
     mut stream: Streaming<RecordRequest>,
 ) -> Result<RecordResponse, Status> {
@@ -192,7 +211,7 @@ async fn record_stream(
 }
 
 /// The answer to a producer whose session was stopped by another hand.
-fn stopped_response(stopped: Stopped, producer: &Producer) -> RecordResponse {
+fn stopped_response(stopped: Stopped, producer: &Session) -> RecordResponse {
     match stopped {
         Stopped::Ended(progress) => response(progress, producer.end_message()),
         Stopped::Fenced => error_response(crate::Error::Fenced.client_message()),

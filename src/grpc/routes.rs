@@ -101,7 +101,8 @@ pub async fn routes(
         guard.clone(),
         lifecycle.clone(),
         locator.clone(),
-    );
+    )
+    .with_cluster(cluster.cloned());
     let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone(), locator);
     let management = RecordingsService::new(recorder.clone(), guard.clone());
     let routes = Routes::new(health_service)

@@ -30,7 +30,7 @@ use tokio_util::sync::CancellationToken;
 pub use changes::Changes;
 pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo};
 pub use limits::SizeRefused;
-pub use producer::{Producer, Stopped};
+pub use producer::{Producer, Stopped, not_completed_message};
 pub use registry::{Deck, LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};

@@ -171,12 +171,7 @@ impl Producer {
     pub fn end_without_complete(self) -> String {
         let sent = self.appended_bytes();
         self.detach(STREAM_ENDED_WITHOUT_COMPLETE.into());
-        format!(
-            "not completed: the request stream ended without a message with complete=true. \
-             The recording waits --producer-grace for its producer, then ends as interrupted; \
-             either way, resume it with resume_from_offset={sent} and finish it with \
-             complete=true"
-        )
+        not_completed_message(sent)
     }
 
     /// Lets go of the recording because of `reason`: it stays live for the grace period, for
@@ -186,4 +181,14 @@ impl Producer {
             writer.detach(reason);
         }
     }
+}
+
+/// What a producer whose stream ended without `complete=true`, after `sent` bytes, is told.
+pub fn not_completed_message(sent: u64) -> String {
+    format!(
+        "not completed: the request stream ended without a message with complete=true. \
+         The recording waits --producer-grace for its producer, then ends as interrupted; \
+         either way, resume it with resume_from_offset={sent} and finish it with \
+         complete=true"
+    )
 }

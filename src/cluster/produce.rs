@@ -1,0 +1,170 @@
+//! The leader's side of a forwarded producer session: a node holding a client's Record call
+//! opens `Produce` here, and this runs the session as a local producer would, answering with
+//! the committed length as each chunk commits, and with how the session ended.
+use std::pin::Pin;
+use std::time::Duration;
+
+use futures::stream::FuturesOrdered;
+use futures::{Stream, StreamExt};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use crate::error::Error;
+use crate::id::ConversationId;
+use crate::pb::cluster::{Ended, Open, Produced, Producing, Stop, produced, producing};
+use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
+use crate::store::Committed;
+
+/// Answers sent back to the forwarding node.
+pub(super) type ProducingStream = Pin<Box<dyn Stream<Item = Result<Producing, Status>> + Send>>;
+
+/// Answers waiting for the forwarding node to take them.
+const ANSWERS: usize = 64;
+
+/// Opens the session `open` asks for and runs it over `incoming` on a task of its own.
+///
+/// Fails with the recorder's refusal (the conversation is recording elsewhere, a resume past
+/// the end, ...), as the client would get it from the leader itself.
+pub(super) async fn produce(
+    recorder: &Recorder,
+    open: Open,
+    incoming: Streaming<Produced>,
+) -> Result<ProducingStream, Status> {
+    let id = ConversationId::parse(&open.conversation_id)?;
+    let options = StartOptions {
+        resume_from: open.resume_from,
+        retention: open.retention_ms.map(Duration::from_millis),
+    };
+    let producer = recorder.start(id, options).await?;
+    let (answers, stream) = mpsc::channel(ANSWERS);
+    let opened = producing::Kind::Opened(producer.progress().bytes);
+    let _ = answers.send(Ok(Producing { kind: Some(opened) })).await;
+    tokio::spawn(run(producer, incoming, answers));
+    Ok(Box::pin(ReceiverStream::new(stream)))
+}
+
+/// The first message of a `Produce` call, which must open the session.
+///
+/// Fails with `INVALID_ARGUMENT` when it is not an `Open`, or the stream's error.
+pub(super) async fn first_open(incoming: &mut Streaming<Produced>) -> Result<Open, Status> {
+    match incoming.message().await? {
+        Some(Produced {
+            kind: Some(produced::Kind::Open(open)),
+        }) => Ok(open),
+        _ => Err(Status::invalid_argument(
+            "a forwarded producer session opens with an Open message",
+        )),
+    }
+}
+
+async fn run(
+    mut producer: Producer,
+    mut incoming: Streaming<Produced>,
+    answers: mpsc::Sender<Result<Producing, Status>>,
+) {
+    let mut pending: FuturesOrdered<Committed> = FuturesOrdered::new();
+    loop {
+        tokio::select! {
+            stopped = producer.stopped() => {
+                let _ = answers.send(Ok(stopped_answer(stopped, &producer))).await;
+                return;
+            }
+            Some(committed) = pending.next(), if !pending.is_empty() => {
+                if !ack(committed, &answers).await {
+                    producer.detach("its chunks could not be committed".into());
+                    return;
+                }
+            }
+            message = incoming.message() => {
+                let kind = match message {
+                    Ok(Some(Produced { kind: Some(kind) })) => kind,
+                    // The forwarding node went away: it resumes elsewhere, or its client will.
+                    _ => {
+                        producer.detach("the node forwarding its producer went away".into());
+                        return;
+                    }
+                };
+                match kind {
+                    produced::Kind::Content(content) => match producer.accept(&[], &content).await {
+                        Ok(Some(committed)) => pending.push_back(committed),
+                        Ok(None) => {}
+                        Err(err) => {
+                            producer.detach(err.client_message());
+                            let _ = answers.send(Err(err.into())).await;
+                            return;
+                        }
+                    },
+                    produced::Kind::Complete(_) => {
+                        while let Some(committed) = pending.next().await {
+                            if !ack(committed, &answers).await {
+                                producer.detach("its chunks could not be committed".into());
+                                return;
+                            }
+                        }
+                        let answer = match producer.complete().await {
+                            Ok(progress) => Ok(ended(Stop::Ended, progress, producer.end_message())),
+                            Err(err) => Err(err.into()),
+                        };
+                        let _ = answers.send(answer).await;
+                        return;
+                    }
+                    produced::Kind::Detach(reason) => {
+                        producer.detach(reason);
+                        return;
+                    }
+                    produced::Kind::EndedWithoutComplete(_) => {
+                        let progress = producer.progress();
+                        let message = producer.end_without_complete();
+                        let answer = ended(Stop::Detached, progress, Some(&message));
+                        let _ = answers.send(Ok(answer)).await;
+                        return;
+                    }
+                    produced::Kind::Open(_) => {
+                        producer.detach("a second Open in one session".into());
+                        let refused = Status::invalid_argument("a session opens once");
+                        let _ = answers.send(Err(refused)).await;
+                        return;
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Sends the committed length one chunk's commit gave; false when it failed (the failure
+/// is sent instead) or the forwarding node is gone.
+async fn ack(
+    committed: Result<crate::Result<u64>, tokio::sync::oneshot::error::RecvError>,
+    answers: &mpsc::Sender<Result<Producing, Status>>,
+) -> bool {
+    let answer = match committed {
+        Ok(Ok(length)) => Ok(Producing {
+            kind: Some(producing::Kind::Committed(length)),
+        }),
+        Ok(Err(err)) => Err(Status::from(err)),
+        Err(_) => Err(Status::from(Error::ShuttingDown)),
+    };
+    let ok = answer.is_ok();
+    answers.send(answer).await.is_ok() && ok
+}
+
+fn stopped_answer(stopped: Stopped, producer: &Producer) -> Producing {
+    match stopped {
+        Stopped::Ended(progress) => ended(Stop::Ended, progress, producer.end_message()),
+        Stopped::Fenced => ended(Stop::Fenced, producer.progress(), None),
+        Stopped::ShuttingDown => ended(Stop::ShuttingDown, producer.progress(), None),
+    }
+}
+
+fn ended(stop: Stop, progress: Progress, message: Option<&str>) -> Producing {
+    Producing {
+        kind: Some(producing::Kind::Ended(Ended {
+            stop: stop as i32,
+            status: progress.status.as_str().to_string(),
+            chunks: progress.chunks,
+            bytes: progress.bytes,
+            message: message.map(str::to_string),
+        })),
+    }
+}
