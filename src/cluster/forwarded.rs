@@ -5,6 +5,8 @@
 //! what it had committed after all): the client sees no error and no gap, and nothing is
 //! written twice.
 use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -32,6 +34,8 @@ pub struct Forwarded {
     ended: watch::Receiver<Option<Outcome>>,
     /// Byte offset after the last content accepted.
     appended: u64,
+    /// What the leader last said is committed.
+    committed: Arc<AtomicU64>,
     end_message: Option<String>,
 }
 
@@ -88,10 +92,12 @@ impl Cluster {
         let (commands, receiver) = mpsc::channel(OUTGOING);
         let (ended_tx, ended) = watch::channel(None);
         let start = resume_from.unwrap_or(0);
+        let shared_acked = Arc::new(AtomicU64::new(committed));
         let session = Session {
             cluster: self.clone(),
             open,
             acked: committed,
+            shared_acked: shared_acked.clone(),
             unacked: VecDeque::new(),
             completing: None,
         };
@@ -101,6 +107,7 @@ impl Cluster {
             commands,
             ended,
             appended: start,
+            committed: shared_acked,
             end_message: None,
         })
     }
@@ -154,8 +161,9 @@ impl Cluster {
 struct Session {
     cluster: Cluster,
     open: Open,
-    /// What the leader last said is committed.
+    /// What the leader last said is committed (shared with the handle).
     acked: u64,
+    shared_acked: Arc<AtomicU64>,
     /// Contents sent and not yet acknowledged, in order, each with its end offset and its
     /// waiter: exactly those that end after `acked`.
     unacked: VecDeque<Unacked>,
@@ -273,6 +281,7 @@ impl Session {
     /// The leader says everything up to `length` is committed.
     fn commit(&mut self, length: u64) {
         self.acked = self.acked.max(length);
+        self.shared_acked.store(self.acked, Ordering::Relaxed);
         while let Some(first) = self.unacked.front() {
             if first.end > self.acked {
                 break;
@@ -328,6 +337,11 @@ impl Forwarded {
     /// Byte offset after the last content accepted.
     pub fn appended_bytes(&self) -> u64 {
         self.appended
+    }
+
+    /// What the leader last said is committed of the recording.
+    pub fn committed_bytes(&self) -> u64 {
+        self.committed.load(Ordering::Relaxed)
     }
 
     /// Sends `content` to the leader; the receiver resolves once it is committed.

@@ -1,230 +1,364 @@
-//! This node's Raft log on disk, in `<data dir>/raft`: the entries in one file of frames
-//! `[length: u32][crc32 of payload: u32][payload]` (little endian; the payload is the entry,
-//! bincode), and the vote and the last purged log id each in a small file replaced
-//! atomically. An append is written and `fdatasync`ed before openraft is told it is
-//! persisted: an entry counts toward a majority only once it is on disk. A failed write or
-//! sync is not retried: the error stops this node's Raft.
-//!
-//! Memory holds an index (log index → log id and place in the file), never the entries:
-//! reads go to the file.
-use std::collections::BTreeMap;
+//! The Raft log on disk (openraft's storage v2): entry frames in one append-only file indexed
+//! in memory by log index, the vote and the last purged log id beside it. Appends are made
+//! durable by the writer thread (`log_writer`) before openraft hears they are persisted.
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::fs::{File, OpenOptions};
-use std::io::{ErrorKind, Read, Write};
+use std::io;
 use std::ops::{Bound, RangeBounds};
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
-use openraft::storage::{LogFlushed, RaftLogStorage};
-use openraft::{LogId, LogState, RaftLogReader, StorageError, StorageIOError, Vote};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
+use openraft::storage::{LogFlushed, LogState, RaftLogStorage};
+use openraft::{OptionalSend, RaftLogReader, StorageError, StorageIOError, Vote};
+use tokio::sync::oneshot;
 
+use super::log_file::{self, Entry, LogId};
+use super::log_writer::{Command, Flushed, Writer};
 use super::types::{NodeId, TypeConfig};
 
-type Entry = openraft::Entry<TypeConfig>;
+/// The entries file's name in the log directory.
+const ENTRIES: &str = "entries.log";
+/// The vote's file.
+const VOTE: &str = "vote";
+/// The last purged log id's file.
+const PURGED: &str = "purged";
+/// How many bytes of the newest entries stay in memory for the leader's replication.
+#[cfg(not(test))]
+const CACHE_BYTES: u64 = 16 << 20;
+/// A purged prefix at least this long, and at least half the file, is reclaimed.
+#[cfg(not(test))]
+const COMPACT_MIN: u64 = 8 << 20;
+// Small in unit tests, so that they read evicted entries back and rewrite the file.
+#[cfg(test)]
+const CACHE_BYTES: u64 = 512;
+#[cfg(test)]
+const COMPACT_MIN: u64 = 1 << 10;
 
-/// Bytes of a frame before its payload.
-const HEADER_BYTES: u64 = 8;
-/// Largest entry a frame may hold; a longer length in a header is damage.
-const MAX_ENTRY_BYTES: u32 = 1 << 30;
-
-/// Where an entry is.
-#[derive(Debug, Clone, Copy)]
-struct Place {
-    log_id: LogId<NodeId>,
-    /// Offset of its frame.
+/// Where one entry's frame is.
+#[derive(Clone, Copy)]
+struct Slot {
+    log_id: LogId,
+    /// Logical offset: stays the same when the file is rewritten without its purged prefix.
     offset: u64,
-    /// Length of its payload.
     len: u32,
 }
 
-struct Files {
-    dir: PathBuf,
-    entries: File,
-    /// Where the next frame goes.
+/// What the log store, its readers and the writer thread share.
+pub(crate) struct State {
+    /// The index of `slots[0]`.
+    first: u64,
+    slots: VecDeque<Slot>,
+    purged: Option<LogId>,
+    /// The logical offset the next frame goes to.
     end: u64,
-    index: BTreeMap<u64, Place>,
-    purged: Option<LogId<NodeId>>,
-    vote: Option<Vote<NodeId>>,
+    /// The newest entries, by index; an entry not yet written is always here.
+    cache: BTreeMap<u64, (Entry, u32)>,
+    cache_bytes: u64,
+    /// The entries file, replaced when the purged prefix is reclaimed.
+    pub(crate) file: Arc<File>,
+    /// The logical offset of the file's first byte.
+    pub(crate) base: u64,
+    /// Every frame before this logical offset is written and synced.
+    pub(crate) written: u64,
 }
 
-/// The log; cheap to clone (a reader is a clone).
+impl State {
+    fn last_log_id(&self) -> Option<LogId> {
+        self.slots.back().map(|slot| slot.log_id).or(self.purged)
+    }
+
+    /// Records that the frames before `end` are synced, and forgets cached entries beyond the
+    /// cache's budget that can now be read back from the file.
+    pub(crate) fn written_up_to(&mut self, end: u64) {
+        self.written = self.written.max(end);
+        self.evict();
+    }
+
+    fn evict(&mut self) {
+        while self.cache_bytes > CACHE_BYTES {
+            let Some((&index, &(_, len))) = self.cache.iter().next() else {
+                break;
+            };
+            let synced = self
+                .slot(index)
+                .is_none_or(|slot| slot.offset + u64::from(slot.len) <= self.written);
+            if !synced {
+                break;
+            }
+            self.cache.remove(&index);
+            self.cache_bytes -= u64::from(len);
+        }
+    }
+
+    fn slot(&self, index: u64) -> Option<&Slot> {
+        let at = index.checked_sub(self.first)?;
+        self.slots.get(usize::try_from(at).ok()?)
+    }
+}
+
+/// The durable Raft log of this node; openraft drives it.
+pub struct LogStore {
+    dir: PathBuf,
+    state: Arc<Mutex<State>>,
+    commands: Sender<Command>,
+}
+
+/// A cheap reader over the same log, for openraft's replication tasks.
 #[derive(Clone)]
-pub(crate) struct LogStore {
-    files: Arc<Mutex<Files>>,
+pub struct LogReader {
+    state: Arc<Mutex<State>>,
 }
 
 impl LogStore {
-    /// Opens (creating) the log in `dir`. A frame cut short or failing its check at the end of
-    /// the file (a crash in the middle of a write) is cut off.
+    /// Opens the log in `dir`, creating it if needed, and starts its writer thread. A torn tail
+    /// a crash left is cut off.
     ///
-    /// Fails when the files cannot be read, or an entry before the last one is damaged.
-    pub(crate) fn open(dir: &Path) -> std::io::Result<LogStore> {
+    /// Fails if the directory cannot be made or read, or a file in it is damaged (the error
+    /// names the file).
+    pub fn open(dir: &Path) -> io::Result<LogStore> {
         std::fs::create_dir_all(dir)?;
-        let path = dir.join("entries");
-        let mut entries = OpenOptions::new()
-            .create(true)
-            .truncate(false)
+        let path = dir.join(ENTRIES);
+        let purged_path = dir.join(PURGED);
+        let purged: Option<LogId> = log_file::read_small(&purged_path)?;
+        // Leftovers of a rewrite or a vote a crash interrupted; the renamed-over files hold.
+        for leftover in [
+            path.with_extension("compact"),
+            dir.join(VOTE).with_extension("tmp"),
+        ] {
+            match std::fs::remove_file(&leftover) {
+                Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+                _ => {}
+            }
+        }
+        let file = OpenOptions::new()
             .read(true)
             .write(true)
+            .create(true)
+            .truncate(false)
             .open(&path)?;
-        sync_dir(dir)?;
-        let (index, end) = scan(&mut entries, &path)?;
-        if end < entries.metadata()?.len() {
-            tracing::warn!(path = %path.display(), at = end, "cut a torn entry off the end of the Raft log");
-            entries.set_len(end)?;
-            entries.sync_all()?;
-        }
-        let purged = read_small(&dir.join("purged"))?;
-        let vote = read_small(&dir.join("vote"))?;
-        let mut files = Files {
-            dir: dir.to_path_buf(),
-            entries,
-            end,
-            index,
-            purged,
-            vote,
-        };
-        if let Some(purged) = purged {
-            files.index = files.index.split_off(&(purged.index + 1));
-        }
-        Ok(LogStore {
-            files: Arc::new(Mutex::new(files)),
-        })
-    }
-
-    /// Runs `work` on the files off the runtime's workers.
-    async fn with_files<T: Send + 'static>(
-        &self,
-        work: impl FnOnce(&mut Files) -> std::io::Result<T> + Send + 'static,
-    ) -> std::io::Result<T> {
-        let files = self.files.clone();
-        tokio::task::spawn_blocking(move || {
-            let mut files = files.lock().unwrap_or_else(|e| e.into_inner());
-            work(&mut files)
-        })
-        .await
-        .map_err(std::io::Error::other)?
-    }
-}
-
-/// Reads every frame of `file`; returns the index and where the valid frames end.
-fn scan(file: &mut File, path: &Path) -> std::io::Result<(BTreeMap<u64, Place>, u64)> {
-    let mut bytes = Vec::new();
-    file.read_to_end(&mut bytes)?;
-    let mut index = BTreeMap::new();
-    let mut at = 0usize;
-    while bytes.len() - at >= HEADER_BYTES as usize {
-        let len = u32::from_le_bytes(bytes[at..at + 4].try_into().unwrap_or_default());
-        let crc = u32::from_le_bytes(bytes[at + 4..at + 8].try_into().unwrap_or_default());
-        let start = at + HEADER_BYTES as usize;
-        let Some(payload) = bytes.get(start..start + len as usize) else {
-            break;
-        };
-        if len > MAX_ENTRY_BYTES || crc32fast::hash(payload) != crc {
-            // Damage at the end is a torn write; anywhere else the log cannot be trusted.
-            if start + len as usize >= bytes.len() || len > MAX_ENTRY_BYTES {
-                break;
+        file.sync_all()?;
+        log_file::sync_dir(&path)?;
+        let mut slots: VecDeque<Slot> = VecDeque::new();
+        let floor = purged.map_or(0, |p| p.index + 1);
+        let end = log_file::scan(&path, |found| {
+            if found.log_id.index < floor {
+                return Ok(());
             }
-            return Err(std::io::Error::new(
-                ErrorKind::InvalidData,
-                format!("{}: the entry at byte {at} is damaged", path.display()),
-            ));
-        }
-        let entry: Entry = decode(payload).map_err(|err| {
-            std::io::Error::new(ErrorKind::InvalidData, format!("{}: {err}", path.display()))
+            let expected = slots.back().map_or(floor, |s| s.log_id.index + 1);
+            if !slots.is_empty() && found.log_id.index != expected
+                || slots.is_empty() && purged.is_some() && found.log_id.index != floor
+            {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "the Raft log {} holds entry {} where {expected} should be",
+                        path.display(),
+                        found.log_id.index
+                    ),
+                ));
+            }
+            slots.push_back(Slot {
+                log_id: found.log_id,
+                offset: found.offset,
+                len: found.len,
+            });
+            Ok(())
         })?;
-        let place = Place {
-            log_id: entry.log_id,
-            offset: at as u64,
-            len,
+        let first = slots.front().map_or(floor, |s| s.log_id.index);
+        let state = Arc::new(Mutex::new(State {
+            first,
+            slots,
+            purged,
+            end,
+            cache: BTreeMap::new(),
+            cache_bytes: 0,
+            file: Arc::new(file),
+            base: 0,
+            written: end,
+        }));
+        let (commands, receiver) = std::sync::mpsc::channel();
+        let writer = Writer {
+            path,
+            purged_path,
+            state: state.clone(),
+            failed: None,
         };
-        // A later frame at an index replaces what followed a truncation that was not synced.
-        index.split_off(&entry.log_id.index);
-        index.insert(entry.log_id.index, place);
-        at = start + len as usize;
+        // The thread ends when this store (the only sender) is dropped.
+        std::thread::Builder::new()
+            .name("raft-log".into())
+            .spawn(move || writer.run(receiver))?;
+        Ok(LogStore {
+            dir: dir.to_path_buf(),
+            state,
+            commands,
+        })
     }
-    Ok((index, at as u64))
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        lock(&self.state)
+    }
+
+    /// Queues `entries` for the writer thread, which calls `flushed` once they are synced (or
+    /// failed). Readers see them at once.
+    fn append_then(
+        &self,
+        entries: impl IntoIterator<Item = Entry>,
+        flushed: Flushed,
+    ) -> io::Result<()> {
+        let mut frames = Vec::new();
+        let offset = {
+            let mut state = self.lock();
+            let offset = state.end;
+            for entry in entries {
+                let len = log_file::encode(&entry, &mut frames)?;
+                let index = entry.log_id.index;
+                if state.slots.is_empty() {
+                    state.first = index;
+                }
+                let slot = Slot {
+                    log_id: entry.log_id,
+                    offset: state.end,
+                    len,
+                };
+                state.slots.push_back(slot);
+                state.end += u64::from(len);
+                state.cache_bytes += u64::from(len);
+                state.cache.insert(index, (entry, len));
+            }
+            state.evict();
+            offset
+        };
+        self.commands
+            .send(Command::Append {
+                frames,
+                offset,
+                callback: flushed,
+            })
+            .map_err(|_| io::Error::other("the Raft log's writer thread is gone"))
+    }
+
+    async fn ask(
+        &self,
+        command: impl FnOnce(oneshot::Sender<io::Result<()>>) -> Command,
+    ) -> io::Result<()> {
+        let (reply, answer) = oneshot::channel();
+        self.commands
+            .send(command(reply))
+            .map_err(|_| io::Error::other("the Raft log's writer thread is gone"))?;
+        answer
+            .await
+            .map_err(|_| io::Error::other("the Raft log's writer thread is gone"))?
+    }
 }
 
-impl Files {
-    fn read(&self, place: &Place) -> std::io::Result<Entry> {
-        let mut payload = vec![0; place.len as usize];
-        self.entries
-            .read_exact_at(&mut payload, place.offset + HEADER_BYTES)?;
-        decode(&payload).map_err(|err| std::io::Error::new(ErrorKind::InvalidData, err))
-    }
+fn lock(state: &Mutex<State>) -> std::sync::MutexGuard<'_, State> {
+    // A panic while holding this lock is a bug that already stopped the log.
+    state.lock().unwrap_or_else(|e| e.into_inner())
+}
 
-    fn last_log_id(&self) -> Option<LogId<NodeId>> {
-        self.index
-            .last_key_value()
-            .map(|(_, place)| place.log_id)
-            .or(self.purged)
+/// Reads the entries of `range`: the cached ones from memory, the others from the file.
+async fn read_range<RB: RangeBounds<u64>>(
+    state: &Arc<Mutex<State>>,
+    range: RB,
+) -> Result<Vec<Entry>, StorageError<NodeId>> {
+    let (cached, wanted, file, base) = {
+        let state = lock(state);
+        let start = match range.start_bound() {
+            Bound::Included(&i) => i,
+            Bound::Excluded(&i) => i.saturating_add(1),
+            Bound::Unbounded => 0,
+        }
+        .max(state.first);
+        let stop = match range.end_bound() {
+            Bound::Included(&i) => i.saturating_add(1),
+            Bound::Excluded(&i) => i,
+            Bound::Unbounded => u64::MAX,
+        }
+        .min(state.first + state.slots.len() as u64);
+        let mut cached = Vec::new();
+        let mut wanted = Vec::new();
+        for index in start..stop {
+            match state.cache.get(&index) {
+                Some((entry, _)) => cached.push(entry.clone()),
+                None => {
+                    // `index` lies in [first, first + slots.len()).
+                    if let Some(slot) = state.slot(index) {
+                        wanted.push(*slot);
+                    }
+                }
+            }
+        }
+        (cached, wanted, state.file.clone(), state.base)
+    };
+    if wanted.is_empty() {
+        return Ok(cached);
     }
+    // Uncached entries are older than every cached one: they come first.
+    let read = tokio::task::spawn_blocking(move || {
+        wanted
+            .iter()
+            .map(|slot| log_file::read_frame(&file, slot.offset - base, slot.len))
+            .collect::<io::Result<Vec<Entry>>>()
+    })
+    .await
+    .map_err(|e| StorageIOError::read_logs(&io::Error::other(e)))?
+    .map_err(|e| StorageIOError::read_logs(&e))?;
+    let mut entries = read;
+    entries.extend(cached);
+    Ok(entries)
+}
 
-    /// Cuts the file at `offset` and syncs it.
-    fn cut(&mut self, offset: u64) -> std::io::Result<()> {
-        self.entries.set_len(offset)?;
-        self.entries.sync_all()?;
-        self.end = offset;
-        Ok(())
+impl RaftLogReader<TypeConfig> for LogReader {
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
+        &mut self,
+        range: RB,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        read_range(&self.state, range).await
     }
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {
-    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + Send>(
+    async fn try_get_log_entries<RB: RangeBounds<u64> + Clone + Debug + OptionalSend>(
         &mut self,
         range: RB,
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
-        let range = (range.start_bound().cloned(), range.end_bound().cloned());
-        self.with_files(move |files| {
-            let places: Vec<Place> = files
-                .index
-                .range::<u64, (Bound<u64>, Bound<u64>)>(range)
-                .map(|(_, place)| *place)
-                .collect();
-            places.iter().map(|place| files.read(place)).collect()
-        })
-        .await
-        .map_err(|err| StorageError::from(StorageIOError::read_logs(&err)))
+        read_range(&self.state, range).await
     }
 }
 
 impl RaftLogStorage<TypeConfig> for LogStore {
-    type LogReader = LogStore;
+    type LogReader = LogReader;
 
     async fn get_log_state(&mut self) -> Result<LogState<TypeConfig>, StorageError<NodeId>> {
-        self.with_files(|files| {
-            Ok(LogState {
-                last_purged_log_id: files.purged,
-                last_log_id: files.last_log_id(),
-            })
+        let state = self.lock();
+        Ok(LogState {
+            last_purged_log_id: state.purged,
+            last_log_id: state.last_log_id(),
         })
-        .await
-        .map_err(|err| StorageError::from(StorageIOError::read_logs(&err)))
     }
 
-    async fn get_log_reader(&mut self) -> LogStore {
-        self.clone()
+    async fn get_log_reader(&mut self) -> LogReader {
+        LogReader {
+            state: self.state.clone(),
+        }
     }
 
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
+        let path = self.dir.join(VOTE);
         let vote = *vote;
-        self.with_files(move |files| {
-            write_small(&files.dir, "vote", &vote)?;
-            files.vote = Some(vote);
-            Ok(())
-        })
-        .await
-        .map_err(|err| StorageError::from(StorageIOError::write_vote(&err)))
+        tokio::task::spawn_blocking(move || log_file::write_atomic(&path, &vote))
+            .await
+            .map_err(|e| StorageIOError::write_vote(&io::Error::other(e)))?
+            .map_err(|e| {
+                tracing::error!(error = %e, "saving the Raft vote failed");
+                StorageIOError::write_vote(&e).into()
+            })
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        self.with_files(|files| Ok(files.vote))
-            .await
-            .map_err(|err| StorageError::from(StorageIOError::read_vote(&err)))
+        log_file::read_small(&self.dir.join(VOTE)).map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
     async fn append<I>(
@@ -233,225 +367,83 @@ impl RaftLogStorage<TypeConfig> for LogStore {
         callback: LogFlushed<TypeConfig>,
     ) -> Result<(), StorageError<NodeId>>
     where
-        I: IntoIterator<Item = Entry> + Send,
-        I::IntoIter: Send,
+        I: IntoIterator<Item = Entry> + OptionalSend,
+        I::IntoIter: OptionalSend,
     {
-        let entries: Vec<Entry> = entries.into_iter().collect();
-        let written = self
-            .with_files(move |files| {
-                let mut frames = Vec::new();
-                let mut places = Vec::with_capacity(entries.len());
-                for entry in &entries {
-                    let payload = encode(entry).map_err(std::io::Error::other)?;
-                    let offset = files.end + frames.len() as u64;
-                    frames.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-                    frames.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-                    frames.extend_from_slice(&payload);
-                    places.push(Place {
-                        log_id: entry.log_id,
-                        offset,
-                        len: payload.len() as u32,
-                    });
-                }
-                files.entries.write_all_at(&frames, files.end)?;
-                files.entries.sync_data()?;
-                files.end += frames.len() as u64;
-                for place in places {
-                    files.index.insert(place.log_id.index, place);
-                }
-                Ok(())
-            })
-            .await;
-        match written {
-            Ok(()) => {
-                callback.log_io_completed(Ok(()));
-                Ok(())
-            }
-            Err(err) => {
-                // Not retried: what a failed sync left on disk is unknown.
-                tracing::error!(error = %err, "could not write the Raft log; this node stops");
-                callback.log_io_completed(Err(std::io::Error::new(err.kind(), err.to_string())));
-                Err(StorageError::from(StorageIOError::write_logs(&err)))
-            }
+        self.append_then(
+            entries,
+            Box::new(move |result| callback.log_io_completed(result)),
+        )
+        .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+
+    async fn truncate(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+        let offset = {
+            let mut state = self.lock();
+            let Some(keep) = log_id.index.checked_sub(state.first) else {
+                return Ok(());
+            };
+            let keep = usize::try_from(keep).unwrap_or(usize::MAX);
+            let Some(cut) = state.slots.get(keep).map(|slot| slot.offset) else {
+                return Ok(());
+            };
+            state.slots.truncate(keep);
+            let dropped = state.cache.split_off(&log_id.index);
+            state.cache_bytes -= dropped
+                .values()
+                .map(|(_, len)| u64::from(*len))
+                .sum::<u64>();
+            state.end = cut;
+            cut
+        };
+        self.ask(|reply| Command::Truncate { offset, reply })
+            .await
+            .map_err(|e| StorageIOError::write_logs(&e).into())
+    }
+
+    async fn purge(&mut self, log_id: LogId) -> Result<(), StorageError<NodeId>> {
+        let keep_from = {
+            let state = self.lock();
+            let live = state
+                .slots
+                .iter()
+                .find(|slot| slot.log_id.index > log_id.index)
+                .map_or(state.end, |slot| slot.offset);
+            let prefix = live - state.base;
+            let size = state.end - state.base;
+            let everything = live == state.end && prefix > 0;
+            (everything || prefix >= COMPACT_MIN && prefix * 2 >= size).then_some(live)
+        };
+        self.ask(|reply| Command::Purge {
+            purged: log_id,
+            keep_from,
+            reply,
+        })
+        .await
+        .map_err(|e| StorageError::from(StorageIOError::write_logs(&e)))?;
+        let mut state = self.lock();
+        while state
+            .slots
+            .front()
+            .is_some_and(|s| s.log_id.index <= log_id.index)
+        {
+            state.slots.pop_front();
+            state.first += 1;
         }
+        if state.slots.is_empty() {
+            state.first = log_id.index + 1;
+        }
+        let kept = state.cache.split_off(&(log_id.index + 1));
+        let dropped = std::mem::replace(&mut state.cache, kept);
+        state.cache_bytes -= dropped
+            .values()
+            .map(|(_, len)| u64::from(*len))
+            .sum::<u64>();
+        state.purged = Some(state.purged.map_or(log_id, |p| p.max(log_id)));
+        Ok(())
     }
-
-    async fn truncate(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.with_files(move |files| {
-            let cut = files.index.split_off(&log_id.index);
-            match cut.values().next() {
-                Some(first) => files.cut(first.offset),
-                None => Ok(()),
-            }
-        })
-        .await
-        .map_err(|err| StorageError::from(StorageIOError::write_logs(&err)))
-    }
-
-    async fn purge(&mut self, log_id: LogId<NodeId>) -> Result<(), StorageError<NodeId>> {
-        self.with_files(move |files| {
-            write_small(&files.dir, "purged", &log_id)?;
-            files.purged = Some(log_id);
-            files.index = files.index.split_off(&(log_id.index + 1));
-            if files.index.is_empty() {
-                // Nothing left to read: the file starts again empty.
-                files.cut(0)?;
-            }
-            Ok(())
-        })
-        .await
-        .map_err(|err| StorageError::from(StorageIOError::write_logs(&err)))
-    }
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Vec<u8>, bincode::error::EncodeError> {
-    bincode::serde::encode_to_vec(value, bincode::config::standard())
-}
-
-fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T, bincode::error::DecodeError> {
-    bincode::serde::decode_from_slice(bytes, bincode::config::standard()).map(|(value, _)| value)
-}
-
-/// The value in small file `path`, if there is one.
-fn read_small<T: DeserializeOwned>(path: &Path) -> std::io::Result<Option<T>> {
-    match std::fs::read(path) {
-        Ok(bytes) => decode(&bytes).map(Some).map_err(|err| {
-            std::io::Error::new(ErrorKind::InvalidData, format!("{}: {err}", path.display()))
-        }),
-        Err(err) if err.kind() == ErrorKind::NotFound => Ok(None),
-        Err(err) => Err(err),
-    }
-}
-
-/// Replaces small file `name` in `dir` with `value`, durably: a temporary file written and
-/// synced, renamed over it, and the directory synced.
-fn write_small<T: Serialize>(dir: &Path, name: &str, value: &T) -> std::io::Result<()> {
-    let bytes = encode(value).map_err(std::io::Error::other)?;
-    let temporary = dir.join(format!("{name}.new"));
-    let mut file = File::create(&temporary)?;
-    file.write_all(&bytes)?;
-    file.sync_all()?;
-    std::fs::rename(&temporary, dir.join(name))?;
-    sync_dir(dir)
-}
-
-fn sync_dir(dir: &Path) -> std::io::Result<()> {
-    File::open(dir)?.sync_all()
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use openraft::{CommittedLeaderId, EntryPayload};
-
-    fn entry(term: u64, index: u64, bytes: &[u8]) -> Entry {
-        Entry {
-            log_id: LogId::new(CommittedLeaderId::new(term, 1), index),
-            payload: EntryPayload::Normal(super::super::Proposal {
-                changes: bytes.to_vec(),
-                ..Default::default()
-            }),
-        }
-    }
-
-    fn written(store: &LogStore, entries: Vec<Entry>) {
-        let mut files = store.files.lock().unwrap();
-        let end = files.end;
-        let mut frames = Vec::new();
-        for entry in &entries {
-            let payload = encode(entry).unwrap();
-            let offset = end + frames.len() as u64;
-            frames.extend_from_slice(&(payload.len() as u32).to_le_bytes());
-            frames.extend_from_slice(&crc32fast::hash(&payload).to_le_bytes());
-            frames.extend_from_slice(&payload);
-            files.index.insert(
-                entry.log_id.index,
-                Place {
-                    log_id: entry.log_id,
-                    offset,
-                    len: payload.len() as u32,
-                },
-            );
-        }
-        files.entries.write_all_at(&frames, end).unwrap();
-        files.end += frames.len() as u64;
-    }
-
-    async fn read_all(store: &mut LogStore) -> Vec<Entry> {
-        store.try_get_log_entries(0..).await.unwrap()
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn entries_survive_reopening_and_a_torn_tail_is_cut_off() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LogStore::open(dir.path()).unwrap();
-        written(
-            &store,
-            vec![entry(1, 0, b"a"), entry(1, 1, b"bb"), entry(2, 2, b"ccc")],
-        );
-        drop(store);
-        // Half a frame more: a crash in the middle of a write.
-        let path = dir.path().join("entries");
-        let mut file = OpenOptions::new().append(true).open(&path).unwrap();
-        file.write_all(&[9, 0, 0, 0, 1, 2]).unwrap();
-        let mut store = LogStore::open(dir.path()).unwrap();
-        let entries = read_all(&mut store).await;
-        assert_eq!(
-            entries,
-            vec![entry(1, 0, b"a"), entry(1, 1, b"bb"), entry(2, 2, b"ccc")]
-        );
-        let state = store.get_log_state().await.unwrap();
-        assert_eq!(state.last_log_id, Some(entry(2, 2, b"").log_id));
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn truncate_then_append_replaces_the_tail() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = LogStore::open(dir.path()).unwrap();
-        written(
-            &store,
-            vec![entry(1, 0, b"a"), entry(1, 1, b"b"), entry(1, 2, b"c")],
-        );
-        store.truncate(entry(1, 1, b"").log_id).await.unwrap();
-        written(&store, vec![entry(2, 1, b"x")]);
-        drop(store);
-        let mut store = LogStore::open(dir.path()).unwrap();
-        assert_eq!(
-            read_all(&mut store).await,
-            vec![entry(1, 0, b"a"), entry(2, 1, b"x")]
-        );
-    }
-
-    #[tokio::test(flavor = "multi_thread")]
-    async fn the_vote_and_the_purged_id_survive_reopening() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut store = LogStore::open(dir.path()).unwrap();
-        written(
-            &store,
-            vec![entry(1, 0, b"a"), entry(1, 1, b"b"), entry(1, 2, b"c")],
-        );
-        let vote = Vote::new(3, 2);
-        store.save_vote(&vote).await.unwrap();
-        store.purge(entry(1, 1, b"").log_id).await.unwrap();
-        drop(store);
-        let mut store = LogStore::open(dir.path()).unwrap();
-        assert_eq!(store.read_vote().await.unwrap(), Some(vote));
-        assert_eq!(read_all(&mut store).await, vec![entry(1, 2, b"c")]);
-        let state = store.get_log_state().await.unwrap();
-        assert_eq!(state.last_purged_log_id, Some(entry(1, 1, b"").log_id));
-    }
-
-    #[test]
-    fn damage_before_the_last_entry_is_an_error() {
-        let dir = tempfile::tempdir().unwrap();
-        let store = LogStore::open(dir.path()).unwrap();
-        written(&store, vec![entry(1, 0, b"aaaa"), entry(1, 1, b"b")]);
-        drop(store);
-        let path = dir.path().join("entries");
-        let mut bytes = std::fs::read(&path).unwrap();
-        bytes[HEADER_BYTES as usize + 1] ^= 0xff;
-        std::fs::write(&path, bytes).unwrap();
-        let err = LogStore::open(dir.path()).err().unwrap();
-        assert!(err.to_string().contains("damaged"), "{err}");
-    }
-}
+#[path = "log_tests.rs"]
+mod tests;

@@ -6,7 +6,9 @@
 //! - `types`: what openraft runs with (the entry payload, node ids).
 //! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
 //!   leader (this node's side, the leader's side), failing over to the next leader.
-//! - `log`: this node's Raft log on disk, fsynced before an entry counts.
+//! - `log`: this node's Raft log on disk (openraft's log storage), indexed in memory;
+//!   `log_file`: its on-disk formats; `log_writer`: its writer thread (group commit, one
+//!   fdatasync per batch, before openraft hears an entry is persisted).
 //! - `machine`: the state machine, which applies committed entries to the store.
 //! - `node`: a node started: the log, the state machine, the network, the cluster formed,
 //!   the store's commits proposed.
@@ -17,6 +19,8 @@
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
 mod forwarded;
 mod log;
+mod log_file;
+mod log_writer;
 mod machine;
 mod network;
 mod node;
@@ -29,6 +33,7 @@ mod types;
 mod wire;
 
 pub use forwarded::Forwarded;
+pub use log::LogStore;
 pub use node::{Cluster, Served};
 pub use settings::ClusterConfig;
 pub use status::{ClusterStatus, NodeProgress};

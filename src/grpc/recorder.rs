@@ -64,18 +64,11 @@ impl ResponseRecorderService for RecorderService {
         let id = parse_id(&first.conversation_id)?;
         principal.authorize(Operation::Record, &id)?;
         let options = start_options(first.resume_from_offset, first.retention_seconds)?;
-        let session = match &self.cluster {
-            Some(cluster) => Session::Forwarded(
-                cluster
-                    .forward_producer(id, options.resume_from, options.retention)
-                    .await?,
-            ),
-            None => {
-                let resume = options.resume_from.is_some();
-                admit_producer(self.locator.as_ref(), &self.recorder, &id, resume, false).await?;
-                Session::Local(self.recorder.start(id, options).await?)
-            }
-        };
+        if self.cluster.is_none() {
+            let resume = options.resume_from.is_some();
+            admit_producer(self.locator.as_ref(), &self.recorder, &id, resume, false).await?;
+        }
+        let session = Session::open(&self.recorder, self.cluster.as_ref(), id, options).await?;
         record_stream(session, first, stream)
             .await
             .map(Response::new)

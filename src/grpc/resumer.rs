@@ -8,6 +8,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::session::Session;
 use super::{
     Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
     principal, start_options, stream_replay,
@@ -21,7 +22,7 @@ use crate::pb::{
     CheckConversationsResponse, IsEnabledResponse, ReplayResponseTokensRequest,
     ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
-use crate::recorder::{Producer, Recorder, Status as RecordingStatus, Stopped};
+use crate::recorder::{Recorder, Status as RecordingStatus, Stopped};
 use crate::store::Committed;
 
 /// How long `CancelResponse` waits for the producer's stream to end.
@@ -36,6 +37,8 @@ pub struct ResumerService {
     guard: Guard,
     lifecycle: Lifecycle,
     locator: Option<Locator>,
+    /// On a node of a cluster: producer sessions are run by its leader.
+    cluster: Option<crate::cluster::Cluster>,
 }
 
 impl ResumerService {
@@ -53,7 +56,14 @@ impl ResumerService {
             guard,
             lifecycle,
             locator,
+            cluster: None,
         }
+    }
+
+    /// The same service on a node of `cluster`: producer sessions are forwarded to its leader.
+    pub fn with_cluster(mut self, cluster: Option<crate::cluster::Cluster>) -> Self {
+        self.cluster = cluster;
+        self
     }
 }
 
@@ -72,6 +82,7 @@ impl ResponseResumerService for ResumerService {
         let principal = principal(&self.guard, request.metadata())?;
         let recorder = self.recorder.clone();
         let locator = self.locator.clone();
+        let cluster = self.cluster.clone();
         let stop = self.lifecycle.stop.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
         // Owned by the server's tracker: shutdown ends the recording, which ends this session.
@@ -80,6 +91,7 @@ impl ResponseResumerService for ResumerService {
             let started = start_producer(
                 &recorder,
                 locator.as_ref(),
+                cluster.as_ref(),
                 &principal,
                 &mut requests,
                 &stop,
@@ -182,17 +194,20 @@ async fn redirect_if_elsewhere(
 async fn start_producer(
     recorder: &Recorder,
     locator: Option<&Locator>,
+    cluster: Option<&crate::cluster::Cluster>,
     principal: &crate::access::Principal,
     requests: &mut Streaming<StreamResponseTokenRequest>,
     stop: &tokio_util::sync::CancellationToken,
-) -> Result<(Producer, StreamResponseTokenRequest), Status> {
+) -> Result<(Session, StreamResponseTokenRequest), Status> {
     let first = first_message(requests, stop).await?;
     let id = parse_id(&first.conversation_id)?;
     principal.authorize(Operation::Record, &id)?;
     let options = start_options(first.resume_from_offset, first.retention_seconds)?;
-    let resume = options.resume_from.is_some();
-    admit_producer(locator, recorder, &id, resume, true).await?;
-    Ok((recorder.start(id, options).await?, first))
+    if cluster.is_none() {
+        let resume = options.resume_from.is_some();
+        admit_producer(locator, recorder, &id, resume, true).await?;
+    }
+    Ok((Session::open(recorder, cluster, id, options).await?, first))
 }
 
 /// The response owed for one request: ready, or once its token is committed.
@@ -230,7 +245,7 @@ async fn next_owed(owed: &mut VecDeque<Owed>) -> Option<StreamResponseTokenRespo
 /// stream that ends without `complete=true` detaches the producer, and gets a last
 /// `success=false` saying how to resume or finish.
 async fn stream_tokens(
-    mut producer: Producer,
+    mut producer: Session,
     first: StreamResponseTokenRequest,
     mut requests: Streaming<StreamResponseTokenRequest>,
     responses: mpsc::Sender<Result<StreamResponseTokenResponse, Status>>,
@@ -249,7 +264,7 @@ async fn stream_tokens(
         }
         if !input_open && pending.is_empty() {
             // Only complete=true completes: a bare end may be a cancelled call.
-            let bytes = producer.progress().bytes;
+            let bytes = producer.committed_bytes();
             let message = producer.end_without_complete();
             let _ = responses.send(Ok(refusal(&message, bytes))).await;
             return;
@@ -298,7 +313,7 @@ async fn stream_tokens(
             let _ = responses.send(Ok(end)).await;
         }
         Err(err) => {
-            let bytes = producer.progress().bytes;
+            let bytes = producer.committed_bytes();
             let _ = responses
                 .send(Ok(refusal(&err.client_message(), bytes)))
                 .await;
@@ -309,7 +324,7 @@ async fn stream_tokens(
 /// Appends one request's token; returns the response it is owed, to be delivered in order.
 /// Responses that commit nothing report the length reached once every earlier token of this
 /// producer is committed, which is when they are delivered.
-async fn accept(producer: &mut Producer, message: StreamResponseTokenRequest) -> Owed {
+async fn accept(producer: &mut Session, message: StreamResponseTokenRequest) -> Owed {
     let result = producer
         .accept(&message.conversation_id, &message.token)
         .await;
@@ -340,8 +355,8 @@ fn refusal(message: &str, offset: u64) -> StreamResponseTokenResponse {
 }
 
 /// The last response of a producer whose session was stopped by another hand.
-fn stopped_response(stopped: Stopped, producer: &Producer) -> StreamResponseTokenResponse {
-    let bytes = producer.progress().bytes;
+fn stopped_response(stopped: Stopped, producer: &Session) -> StreamResponseTokenResponse {
+    let bytes = producer.committed_bytes();
     match stopped {
         Stopped::Ended(ended) => end_response(ended.bytes, ended.status, producer.end_message()),
         Stopped::Fenced => refusal(&crate::Error::Fenced.client_message(), bytes),

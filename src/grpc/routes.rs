@@ -103,7 +103,8 @@ pub async fn routes(
         locator.clone(),
     )
     .with_cluster(cluster.cloned());
-    let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone(), locator);
+    let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone(), locator)
+        .with_cluster(cluster.cloned());
     let management = RecordingsService::new(recorder.clone(), guard.clone());
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)

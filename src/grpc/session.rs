@@ -1,8 +1,9 @@
 //! A Record call's producer session: run here, or, on a node of a cluster, forwarded to the
 //! leader. Both answer the same calls; the Record handler does not tell them apart.
-use crate::cluster::Forwarded;
+use crate::cluster::{Cluster, Forwarded};
 use crate::error::Result;
-use crate::recorder::{Producer, Progress, Stopped};
+use crate::id::ConversationId;
+use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
 use crate::store::Committed;
 
 /// A producer session, here or on the leader.
@@ -12,6 +13,42 @@ pub(super) enum Session {
 }
 
 impl Session {
+    /// Opens the session `options` asks for: on the leader through `cluster`, if given, else
+    /// here.
+    ///
+    /// Fails as [`Recorder::start`] does, or with the leader's refusal.
+    pub(super) async fn open(
+        recorder: &Recorder,
+        cluster: Option<&Cluster>,
+        id: ConversationId,
+        options: StartOptions,
+    ) -> Result<Session> {
+        Ok(match cluster {
+            Some(cluster) => Session::Forwarded(
+                cluster
+                    .forward_producer(id, options.resume_from, options.retention)
+                    .await?,
+            ),
+            None => Session::Local(recorder.start(id, options).await?),
+        })
+    }
+
+    /// Byte offset after the last content accepted.
+    pub(super) fn appended_bytes(&self) -> u64 {
+        match self {
+            Session::Local(producer) => producer.appended_bytes(),
+            Session::Forwarded(forwarded) => forwarded.appended_bytes(),
+        }
+    }
+
+    /// Bytes of the recording committed so far.
+    pub(super) fn committed_bytes(&self) -> u64 {
+        match self {
+            Session::Local(producer) => producer.progress().bytes,
+            Session::Forwarded(forwarded) => forwarded.committed_bytes(),
+        }
+    }
+
     pub(super) async fn accept(
         &mut self,
         conversation_id: &[u8],
