@@ -120,6 +120,14 @@ pub async fn run(
     };
     if let Some(served) = &cluster {
         let deck = recorder.deck().clone();
+        let deposing = recorder.deck().clone();
+        let depose = move || {
+            let deposed = deposing.depose_all();
+            tracing::info!(
+                deposed,
+                "dropped the live recordings this node held as leader"
+            );
+        };
         let adopting = served.cluster.clone().on_each_lead(lifecycle.stop.clone(), move || {
             let deck = deck.clone();
             async move {
@@ -129,7 +137,7 @@ pub async fn run(
                     Err(err) => tracing::error!(error = %err, "could not adopt the recordings left live"),
                 }
             }
-        });
+        }, depose);
         lifecycle.tasks.spawn(adopting);
         let exporting = served
             .cluster

@@ -332,3 +332,81 @@ async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_delete_and_resume_reach_across_nodes() {
+    let trio = Trio::start();
+    let ids: Vec<u64> = trio.nodes.keys().copied().collect();
+    let (a, b, c) = (ids[0], ids[1], ids[2]);
+
+    // A producer on node a is cancelled from node b.
+    let recording = common::Recording::open(&trio.nodes[&a].recorder().await, b"to-cancel").await;
+    recording.send("some words").await;
+    let on_b = trio.nodes[&b].recorder().await;
+    let live = common::replay_when_live(&on_b, b"to-cancel", 0)
+        .await
+        .unwrap();
+    let cancelled = on_b
+        .clone()
+        .cancel(tapedeck::pb::CancelRecordRequest {
+            conversation_id: b"to-cancel".to_vec(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(cancelled.accepted, "{cancelled:?}");
+    let answer = recording.answer().await.unwrap();
+    assert_eq!(
+        answer.status,
+        tapedeck::pb::RecordStatus::Cancelled as i32,
+        "{answer:?}"
+    );
+    let followed = common::read_all(live).await.unwrap();
+    assert_eq!(followed.status.as_deref(), Some("cancelled"));
+    for (id, node) in &trio.nodes {
+        let replayed = replay_text(&node.recorder().await, b"to-cancel")
+            .await
+            .unwrap();
+        assert_eq!(replayed.status.as_deref(), Some("cancelled"), "node {id}");
+    }
+
+    // A recording made through node a is deleted from node c, and is gone on every node.
+    record_all(&trio.nodes[&a].recorder().await, b"to-delete", &["x", "y"]).await;
+    let config = tapedeck::client::ClientConfig::new(trio.nodes[&c].addr.to_string());
+    let client = tapedeck::client::Client::connect(config).await.unwrap();
+    assert!(client.delete(b"to-delete").await.unwrap());
+    for (id, node) in &trio.nodes {
+        let err = replay_text(&node.recorder().await, b"to-delete")
+            .await
+            .unwrap_err();
+        assert_eq!(err.code(), Code::NotFound, "node {id}: {err:?}");
+    }
+
+    // A producer that lets go on node a resumes on node b.
+    let first = common::Recording::open(&trio.nodes[&a].recorder().await, b"resumed").await;
+    first.send("abc").await;
+    drop(first.tx);
+    let detached = tokio::time::timeout(WAIT, first.answer)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        detached.error_message.contains("resume_from_offset=3"),
+        "{detached:?}"
+    );
+    let second = common::Recording::resume(&trio.nodes[&b].recorder().await, b"resumed", 3).await;
+    second.send("def").await;
+    let answer = second.complete().await.unwrap();
+    assert_eq!(
+        answer.status,
+        tapedeck::pb::RecordStatus::Success as i32,
+        "{answer:?}"
+    );
+    for (id, node) in &trio.nodes {
+        let replayed = replay_text(&node.recorder().await, b"resumed")
+            .await
+            .unwrap();
+        assert_eq!(replayed.text, "abcdef", "node {id}");
+    }
+}

@@ -45,7 +45,9 @@ enum Command {
         end: u64,
         done: oneshot::Sender<Result<u64>>,
     },
-    Complete(oneshot::Sender<Result<Outcome>>),
+    /// Completes (`Complete`) or lets go (`EndedWithoutComplete`) once everything sent is
+    /// committed; answered with how the session ended.
+    Finish(produced::Kind, oneshot::Sender<Result<Outcome>>),
     Detach(Produced),
 }
 
@@ -99,7 +101,7 @@ impl Cluster {
             acked: committed,
             shared_acked: shared_acked.clone(),
             unacked: VecDeque::new(),
-            completing: None,
+            finishing: None,
         };
         tokio::spawn(session.drive(connection, receiver, ended_tx));
         Ok(Forwarded {
@@ -167,8 +169,9 @@ struct Session {
     /// Contents sent and not yet acknowledged, in order, each with its end offset and its
     /// waiter: exactly those that end after `acked`.
     unacked: VecDeque<Unacked>,
-    /// The producer asked to complete; answered when the leader says how the session ended.
-    completing: Option<oneshot::Sender<Result<Outcome>>>,
+    /// The producer asked to complete or let go: how, and who to answer when the leader says
+    /// how the session ended.
+    finishing: Option<(produced::Kind, oneshot::Sender<Result<Outcome>>)>,
 }
 
 impl Session {
@@ -217,7 +220,7 @@ impl Session {
     ) -> Option<Status> {
         loop {
             tokio::select! {
-                command = commands.recv(), if self.completing.is_none() => {
+                command = commands.recv(), if self.finishing.is_none() => {
                     let Some(command) = command else {
                         // The handle is gone without a word: let go, the client may resume.
                         let detach = produced::Kind::Detach("the producer's call went away".into());
@@ -238,9 +241,9 @@ impl Session {
                                 return Some(Status::unavailable("the leader's call closed"));
                             }
                         }
-                        Command::Complete(done) => {
-                            self.completing = Some(done);
-                            let message = Produced { kind: Some(produced::Kind::Complete(true)) };
+                        Command::Finish(kind, done) => {
+                            let message = Produced { kind: Some(kind.clone()) };
+                            self.finishing = Some((kind, done));
                             if connection.outgoing.send(message).await.is_err() {
                                 return Some(Status::unavailable("the leader's call closed"));
                             }
@@ -256,7 +259,7 @@ impl Session {
                     Ok(Some(Producing { kind: Some(producing::Kind::Ended(end)) })) => {
                         let outcome = outcome(&end);
                         self.commit(outcome.progress.bytes.min(self.acked.max(outcome.progress.bytes)));
-                        if let Some(done) = self.completing.take() {
+                        if let Some((_, done)) = self.finishing.take() {
                             let _ = done.send(Ok(outcome.clone()));
                         }
                         let _ = ended.send(Some(outcome));
@@ -303,9 +306,9 @@ impl Session {
                 return false;
             }
         }
-        if self.completing.is_some() {
+        if let Some((kind, _)) = &self.finishing {
             let message = Produced {
-                kind: Some(produced::Kind::Complete(true)),
+                kind: Some(kind.clone()),
             };
             return connection.outgoing.send(message).await.is_ok();
         }
@@ -322,7 +325,7 @@ impl Session {
                 message: message.clone(),
             }));
         }
-        if let Some(done) = self.completing.take() {
+        if let Some((_, done)) = self.finishing.take() {
             let _ = done.send(Err(err));
         }
     }
@@ -397,14 +400,19 @@ impl Forwarded {
     ///
     /// Fails with the leader's refusal, or `NoQuorum`.
     pub async fn complete(&mut self) -> Result<Progress> {
-        let (done, answer) = oneshot::channel();
-        self.commands
-            .send(Command::Complete(done))
-            .await
-            .map_err(|_| self.over())?;
-        let outcome = answer.await.map_err(|_| self.over())??;
+        let outcome = self.finish(produced::Kind::Complete(true)).await?;
         self.end_message = outcome.message;
         Ok(outcome.progress)
+    }
+
+    /// Sends `kind` once everything before it is committed; how the session ended.
+    async fn finish(&mut self, kind: produced::Kind) -> Result<Outcome> {
+        let (done, answer) = oneshot::channel();
+        self.commands
+            .send(Command::Finish(kind, done))
+            .await
+            .map_err(|_| self.over())?;
+        answer.await.map_err(|_| self.over())?
     }
 
     /// The recording's end message, once it ended.
@@ -412,15 +420,21 @@ impl Forwarded {
         self.end_message.as_deref()
     }
 
-    /// Lets go of the recording because the client's stream ended without completing; what to
-    /// tell the client.
-    pub fn end_without_complete(self) -> String {
+    /// Lets go of the recording because the client's stream ended without completing, once
+    /// what it sent is committed (so that a resume anywhere finds it); what to tell the client.
+    pub async fn end_without_complete(mut self) -> String {
         let sent = self.appended;
-        let message = Produced {
-            kind: Some(produced::Kind::EndedWithoutComplete(true)),
-        };
-        let _ = self.commands.try_send(Command::Detach(message));
-        crate::recorder::not_completed_message(sent)
+        match self
+            .finish(produced::Kind::EndedWithoutComplete(true))
+            .await
+        {
+            Ok(Outcome {
+                message: Some(message),
+                ..
+            }) => message,
+            Ok(_) => crate::recorder::not_completed_message(sent),
+            Err(err) => err.client_message(),
+        }
     }
 
     /// Lets go of the recording (the client may resume it), for `reason`.
@@ -440,7 +454,7 @@ impl Forwarded {
 }
 
 /// Whether a failed call to the leader may go on with the next one.
-fn retriable(status: &Status) -> bool {
+pub(super) fn retriable(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
@@ -448,7 +462,7 @@ fn retriable(status: &Status) -> bool {
 }
 
 /// The leader's refusal, as this node's error.
-fn refused(status: Status) -> Error {
+pub(super) fn refused(status: Status) -> Error {
     let kind = match status.code() {
         Code::InvalidArgument => Kind::InvalidArgument,
         Code::OutOfRange => Kind::OutOfRange,

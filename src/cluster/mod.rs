@@ -4,6 +4,7 @@
 //!
 //! # Layout
 //! - `types`: what openraft runs with (the entry payload, node ids).
+//! - `ending`: cancels and deletes made on the leader, for any node's clients.
 //! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
 //!   leader (this node's side, the leader's side), failing over to the next leader.
 //! - `log`: this node's Raft log on disk (openraft's log storage), indexed in memory;
@@ -17,6 +18,7 @@
 //! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
 //!   tonic on `--cluster-listen`; `wire`: how they are encoded.
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
+mod ending;
 mod forwarded;
 mod log;
 mod log_file;

@@ -121,6 +121,9 @@ impl Cluster {
             cluster: cluster.clone(),
             runtime: tokio::runtime::Handle::current(),
         }));
+        recorder.end_on(Arc::new(super::ending::OnLeader {
+            cluster: cluster.clone(),
+        }));
         tracing::info!(node = config.node_id, listen = %config.listen, voters = config.peers.len(), "cluster node started");
         Ok(Served { cluster, server })
     }
@@ -203,14 +206,16 @@ impl Cluster {
     }
 
     /// Runs `adopt` each time this node comes to lead, once it has applied every entry the
-    /// leaders before it committed; until `stop` is cancelled.
-    pub async fn on_each_lead<F, Fut>(self, stop: CancellationToken, adopt: F)
+    /// leaders before it committed, and `depose` each time it stops; until `stop` is
+    /// cancelled.
+    pub async fn on_each_lead<F, Fut>(self, stop: CancellationToken, adopt: F, depose: impl Fn())
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
         let mut metrics = self.raft.metrics();
         let mut leading_term = None;
+        let mut was_leading = false;
         loop {
             let (term, leads, ready) = {
                 let m = metrics.borrow_and_update();
@@ -221,8 +226,13 @@ impl Cluster {
                 let applied = m.last_applied.map(|id| id.index);
                 (m.current_term, leads, applied >= m.last_log_index)
             };
+            was_leading |= leads;
             if !leads {
                 leading_term = None;
+                if std::mem::take(&mut was_leading) {
+                    tracing::info!(term, "this node no longer leads the cluster");
+                    depose();
+                }
             } else if ready && leading_term != Some(term) {
                 leading_term = Some(term);
                 tracing::info!(term, "this node leads the cluster");

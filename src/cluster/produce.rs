@@ -114,6 +114,13 @@ async fn run(
                         return;
                     }
                     produced::Kind::EndedWithoutComplete(_) => {
+                        // What it sent is committed first, so that a resume finds it.
+                        while let Some(committed) = pending.next().await {
+                            if !ack(committed, &answers).await {
+                                producer.detach("its chunks could not be committed".into());
+                                return;
+                            }
+                        }
                         let progress = producer.progress();
                         let message = producer.end_without_complete();
                         let answer = ended(Stop::Detached, progress, Some(&message));

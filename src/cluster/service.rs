@@ -13,7 +13,8 @@ use tonic::transport::{Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::produce::ProducingStream;
-use crate::pb::cluster::Produced;
+use crate::id::ConversationId;
+use crate::pb::cluster::{Conversation, Done, Produced};
 use crate::recorder::Recorder;
 
 use super::types::Raft;
@@ -93,6 +94,26 @@ impl Cluster for Service {
     ) -> std::result::Result<Response<Payload>, Status> {
         self.check(&request)?;
         relay(request, |rpc| self.raft.install_snapshot(rpc)).await
+    }
+
+    async fn cancel(
+        &self,
+        request: Request<Conversation>,
+    ) -> std::result::Result<Response<Done>, Status> {
+        self.check(&request)?;
+        let id = ConversationId::parse(&request.get_ref().conversation_id)?;
+        let done = self.recorder.cancel_here(&id).await?;
+        Ok(Response::new(Done { done }))
+    }
+
+    async fn delete(
+        &self,
+        request: Request<Conversation>,
+    ) -> std::result::Result<Response<Done>, Status> {
+        self.check(&request)?;
+        let id = ConversationId::parse(&request.get_ref().conversation_id)?;
+        let done = self.recorder.delete_here(&id).await?;
+        Ok(Response::new(Done { done }))
     }
 
     type ProduceStream = ProducingStream;

@@ -84,11 +84,13 @@ pub(super) async fn admit_producer(
 }
 
 /// The conversations among `ids` live on any instance, by key; empty with no locator, or when
-/// Redis does not answer (the check then answers from what is live here).
-pub(super) async fn live_anywhere(locator: Option<&Locator>, ids: &[Vec<u8>]) -> HashSet<u128> {
-    let Some(locator) = locator else {
-        return HashSet::new();
-    };
+/// Redis does not answer (the check then answers from what is live here). On a node of a
+/// cluster, those its store holds live.
+pub(super) async fn live_anywhere(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    ids: &[Vec<u8>],
+) -> HashSet<u128> {
     if ids.len() > MAX_CHECK_IDS {
         return HashSet::new();
     }
@@ -97,5 +99,20 @@ pub(super) async fn live_anywhere(locator: Option<&Locator>, ids: &[Vec<u8>]) ->
         .filter_map(|raw| ConversationId::parse(raw).ok())
         .map(|id| id.key())
         .collect();
+    // On a node of a cluster, the leader holds the producers: what is live is what every
+    // node's store says.
+    let store = recorder.deck().store();
+    if store.is_replicated() {
+        let metas = store.metas(keys.clone()).await.unwrap_or_default();
+        return keys
+            .into_iter()
+            .zip(metas)
+            .filter(|(_, meta)| meta.as_ref().is_some_and(|m| m.status.is_live()))
+            .map(|(key, _)| key)
+            .collect();
+    }
+    let Some(locator) = locator else {
+        return HashSet::new();
+    };
     locator.live_among(&keys).await.unwrap_or_default()
 }

@@ -153,7 +153,7 @@ impl ResponseRecorderService for RecorderService {
         let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
         let visible = |id: &_| principal.may(Operation::Replay, id);
-        let elsewhere = live_anywhere(self.locator.as_ref(), &ids).await;
+        let elsewhere = live_anywhere(self.locator.as_ref(), &self.recorder, &ids).await;
         let conversation_ids = self.recorder.check_live(&ids, visible, &elsewhere)?;
         Ok(Response::new(CheckRecordingsResponse { conversation_ids }))
     }
@@ -177,7 +177,7 @@ async fn record_stream(
                 message = stream.message() => match message {
                     Ok(Some(message)) => message,
                     // Only complete=true completes: a bare end may be a cancelled call.
-                    Ok(None) => return Ok(error_response(producer.end_without_complete())),
+                    Ok(None) => return Ok(error_response(producer.end_without_complete().await)),
                     Err(status) => {
                         let status = incoming_error(status);
                         producer.detach(format!("producer stream failed: {}", status.message()));

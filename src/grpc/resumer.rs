@@ -165,7 +165,7 @@ impl ResponseResumerService for ResumerService {
         let principal = principal(&self.guard, request.metadata())?;
         let ids = request.into_inner().conversation_ids;
         let visible = |id: &_| principal.may(Operation::Replay, id);
-        let elsewhere = live_anywhere(self.locator.as_ref(), &ids).await;
+        let elsewhere = live_anywhere(self.locator.as_ref(), &self.recorder, &ids).await;
         let conversation_ids = self.recorder.check_live(&ids, visible, &elsewhere)?;
         Ok(Response::new(CheckConversationsResponse {
             conversation_ids,
@@ -265,7 +265,7 @@ async fn stream_tokens(
         if !input_open && pending.is_empty() {
             // Only complete=true completes: a bare end may be a cancelled call.
             let bytes = producer.committed_bytes();
-            let message = producer.end_without_complete();
+            let message = producer.end_without_complete().await;
             let _ = responses.send(Ok(refusal(&message, bytes))).await;
             return;
         }

@@ -81,10 +81,10 @@ impl Session {
         }
     }
 
-    pub(super) fn end_without_complete(self) -> String {
+    pub(super) async fn end_without_complete(self) -> String {
         match self {
             Session::Local(producer) => producer.end_without_complete(),
-            Session::Forwarded(forwarded) => forwarded.end_without_complete(),
+            Session::Forwarded(forwarded) => forwarded.end_without_complete().await,
         }
     }
 

@@ -21,10 +21,11 @@ pub mod sweeper;
 mod tape;
 
 use std::collections::HashSet;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use changes::Changes;
@@ -73,6 +74,17 @@ pub struct Recorder {
     shutting_down: Arc<AtomicBool>,
     /// Cancelled at shutdown: producers are told to go.
     stopping: CancellationToken,
+    /// On a node of a cluster: where cancels and deletes are made (the leader, which runs
+    /// every producer session).
+    leader: Arc<OnceLock<Arc<dyn Leader>>>,
+}
+
+/// On a node of a cluster: the calls that end a recording, made on the leader.
+pub trait Leader: Send + Sync + std::fmt::Debug + 'static {
+    /// Cancels `id`'s live recording on the leader (see [`Recorder::cancel_here`]).
+    fn cancel<'a>(&'a self, id: &'a ConversationId) -> BoxFuture<'a, Result<bool>>;
+    /// Deletes `id`'s recording on the leader (see [`Recorder::delete_here`]).
+    fn delete<'a>(&'a self, id: &'a ConversationId) -> BoxFuture<'a, Result<bool>>;
 }
 
 impl Recorder {
@@ -83,7 +95,13 @@ impl Recorder {
             limits,
             shutting_down: Arc::new(AtomicBool::new(false)),
             stopping: CancellationToken::new(),
+            leader: Arc::new(OnceLock::new()),
         }
+    }
+
+    /// Makes cancels and deletes on `leader` from now on (a node of a cluster).
+    pub fn end_on(&self, leader: Arc<dyn Leader>) {
+        let _ = self.leader.set(leader);
     }
 
     /// This recorder, sealing ended recordings into `tier` and reading there what is not
@@ -172,6 +190,17 @@ impl Recorder {
     ///
     /// Fails when the cancel cannot be committed, or the stored state cannot be read.
     pub async fn cancel(&self, id: &ConversationId) -> Result<bool> {
+        match self.leader.get() {
+            Some(leader) => leader.cancel(id).await,
+            None => self.cancel_here(id).await,
+        }
+    }
+
+    /// As [`cancel`](Self::cancel), on this node's recordings only (on a node of a cluster,
+    /// the leader's).
+    ///
+    /// Fails as [`cancel`](Self::cancel) does.
+    pub async fn cancel_here(&self, id: &ConversationId) -> Result<bool> {
         if let Some(tape) = self.deck.live(id.key())
             && self.deck.end(&tape, Status::Cancelled, None).await?
         {
@@ -204,6 +233,16 @@ impl Recorder {
     ///
     /// Fails when a commit fails; what is left is collected by the sweeper.
     pub async fn delete(&self, id: &ConversationId) -> Result<bool> {
+        match self.leader.get() {
+            Some(leader) => leader.delete(id).await,
+            None => self.delete_here(id).await,
+        }
+    }
+
+    /// As [`delete`](Self::delete), on this node only (on a node of a cluster, the leader).
+    ///
+    /// Fails as [`delete`](Self::delete) does.
+    pub async fn delete_here(&self, id: &ConversationId) -> Result<bool> {
         let mut was_live = false;
         if let Some(tape) = self.deck.live(id.key()) {
             was_live = self

@@ -260,6 +260,18 @@ impl Deck {
             .adopt_detached(&self.store, live, "its node lost the lead"))
     }
 
+    /// On a node of a cluster that stopped leading: drops every tape, refusing their later
+    /// ops (their producers, forwarded here, go on with the next leader, which adopts the
+    /// recordings afresh from what is committed). Returns how many there were.
+    pub fn depose_all(&self) -> usize {
+        let tapes: Vec<Arc<Tape>> = self.registry.lock().drain().map(|(_, tape)| tape).collect();
+        for tape in &tapes {
+            tape.depose();
+        }
+        self.registry.changed.notify_waiters();
+        tapes.len()
+    }
+
     /// Stops the grace periods under way and waits for their tasks: at shutdown, detached
     /// recordings stay live in the file and their grace period starts again at the next
     /// start-up.

@@ -71,7 +71,13 @@ impl Replay {
             let changed = deck.changed();
             tokio::pin!(changed);
             changed.as_mut().enable();
-            if let Some(tape) = deck.live(id.key()) {
+            // On a node of a cluster, every reader follows the store, which every node changes
+            // alike: tapes come and go with the lead.
+            let tape = match deck.store().is_replicated() {
+                true => None,
+                false => deck.live(id.key()),
+            };
+            if let Some(tape) = tape {
                 let generation = tape.generation();
                 let progress = tape.subscribe();
                 let _following = tape.follow();
@@ -110,7 +116,6 @@ impl Replay {
                     None => {}
                 }
             }
-            // On a node of a cluster, a live row with no tape here is produced elsewhere.
             let store = deck.store();
             if meta.status.is_live() && store.is_replicated() {
                 let applied = store.applied_changes();

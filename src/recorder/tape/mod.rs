@@ -50,6 +50,9 @@ pub struct Tape {
     last_activity_ms: AtomicU64,
     /// Set by the pipeline when it accepts the op that ends the tape; later ops are refused.
     closed: AtomicBool,
+    /// Set when its node of a cluster stopped leading: later ops are refused as not
+    /// committable here (its counters may be behind what the next leader commits).
+    deposed: AtomicBool,
     /// Why the tape ended, when there is more to say than its status.
     end_message: OnceLock<String>,
     /// The producer session that holds it.
@@ -98,6 +101,7 @@ impl Tape {
             tail: Mutex::new(Tail::default()),
             last_activity_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
+            deposed: AtomicBool::new(false),
             end_message: OnceLock::new(),
             holder: watch::Sender::new(holder),
             timed_chunks: opening.timed_chunks,
@@ -180,6 +184,12 @@ impl Tape {
         })
     }
 
+    /// Refuses every later op as not committable here: its node of a cluster stopped leading.
+    pub(super) fn depose(&self) {
+        self.deposed.store(true, Ordering::Release);
+        self.closed.store(true, Ordering::Release);
+    }
+
     /// Exempts it from the idle timeout: a Durable Streams stream stays open until closed.
     pub fn hold_open(&self) {
         self.held_open.store(true, Ordering::Relaxed);
@@ -243,6 +253,12 @@ impl LiveRecording for Tape {
     }
 
     fn ended_error(&self) -> Error {
+        if self.deposed.load(Ordering::Acquire) {
+            return Error::NoQuorum {
+                leader: None,
+                leader_address: None,
+            };
+        }
         match self.progress().status {
             Status::Superseded => Error::Superseded,
             _ => Error::RecordingEnded,
