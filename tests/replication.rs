@@ -4,108 +4,11 @@
 //! acknowledged; a node whose disk was wiped rejoins and catches up from the log.
 mod common;
 
-use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::{BinaryServer, WAIT, free_port, record_all, replay_text};
-use tempfile::TempDir;
+use common::trio::{Trio, status_of};
+use common::{WAIT, record_all, replay_text};
 use tonic::Code;
-
-/// Three nodes' data dirs and cluster ports, and the nodes running now.
-struct Trio {
-    dirs: Vec<TempDir>,
-    peers: String,
-    nodes: BTreeMap<u64, BinaryServer>,
-}
-
-impl Trio {
-    /// Starts three nodes of a new cluster, at once (each waits to hear from a leader before
-    /// it forms the cluster itself).
-    fn start() -> Trio {
-        let dirs: Vec<TempDir> = (0..3).map(|_| tempfile::tempdir().unwrap()).collect();
-        let peers = (1..=3)
-            .map(|id| format!("{id}={}", free_port()))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut trio = Trio {
-            dirs,
-            peers,
-            nodes: BTreeMap::new(),
-        };
-        let started: Vec<(u64, BinaryServer)> = std::thread::scope(|scope| {
-            let spawns: Vec<_> = (1..=3)
-                .map(|id| {
-                    let trio = &trio;
-                    scope.spawn(move || (id, trio.spawn_node(id)))
-                })
-                .collect();
-            spawns.into_iter().map(|s| s.join().unwrap()).collect()
-        });
-        trio.nodes.extend(started);
-        trio
-    }
-
-    fn spawn_node(&self, id: u64) -> BinaryServer {
-        let listen = self
-            .peers
-            .split(',')
-            .find_map(|peer| peer.strip_prefix(&format!("{id}=")))
-            .unwrap()
-            .to_string();
-        let id_text = id.to_string();
-        BinaryServer::spawn(
-            self.dirs[(id - 1) as usize].path(),
-            &[
-                "--node-id",
-                &id_text,
-                "--cluster-listen",
-                &listen,
-                "--cluster-peers",
-                &self.peers,
-            ],
-        )
-    }
-
-    /// Starts node `id` again on its data dir.
-    fn restart(&mut self, id: u64) {
-        let node = self.spawn_node(id);
-        self.nodes.insert(id, node);
-    }
-
-    /// SIGKILLs node `id`.
-    fn kill(&mut self, id: u64) {
-        self.nodes.remove(&id).unwrap().kill();
-    }
-
-    /// The node that leads now, as the nodes' `tapedeck.v1.Cluster/Status` tell it, within
-    /// [`WAIT`].
-    async fn leader(&self) -> u64 {
-        let deadline = tokio::time::Instant::now() + WAIT;
-        loop {
-            for (id, node) in &self.nodes {
-                if let Ok(status) = status_of(node).await
-                    && status.role == "leader"
-                {
-                    return *id;
-                }
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "no node led within {WAIT:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
-/// Node `node`'s view of the cluster.
-async fn status_of(
-    node: &BinaryServer,
-) -> Result<tapedeck::pb::tapedeck::ClusterStatus, tonic::Status> {
-    let config = tapedeck::client::ClientConfig::new(node.addr.to_string());
-    let client = tapedeck::client::Client::connect(config).await?;
-    client.cluster_status().await
-}
 
 fn tokens(n: usize, tag: &str) -> Vec<String> {
     (0..n).map(|i| format!("{tag}-{i}|")).collect()
@@ -113,7 +16,7 @@ fn tokens(n: usize, tag: &str) -> Vec<String> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_recording_made_on_the_leader_is_on_every_node_byte_for_byte() {
-    let trio = Trio::start();
+    let trio = Trio::start(&[]);
     let leader = trio.leader().await;
     let tokens = tokens(200, "t");
     let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
@@ -130,7 +33,7 @@ async fn a_recording_made_on_the_leader_is_on_every_node_byte_for_byte() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_tells_each_nodes_progress() {
-    let trio = Trio::start();
+    let trio = Trio::start(&[]);
     let leader = trio.leader().await;
     record_all(
         &trio.nodes[&leader].recorder().await,
@@ -156,7 +59,7 @@ async fn the_leader_tells_each_nodes_progress() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_may_stream_to_any_node() {
-    let trio = Trio::start();
+    let trio = Trio::start(&[]);
     for (id, node) in &trio.nodes {
         let name = format!("via-{id}");
         let tokens = tokens(100, &name);
@@ -179,7 +82,7 @@ async fn a_producer_may_stream_to_any_node() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn producers_on_the_surviving_nodes_keep_streaming_when_the_leader_is_killed() {
-    let mut trio = Trio::start();
+    let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;
     let survivors: Vec<u64> = trio
         .nodes
@@ -235,7 +138,7 @@ async fn producers_on_the_surviving_nodes_keep_streaming_when_the_leader_is_kill
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_leader_killed_a_new_one_commits_and_nothing_acknowledged_is_lost() {
-    let mut trio = Trio::start();
+    let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;
     let before = tokens(100, "before");
     let refs: Vec<&str> = before.iter().map(String::as_str).collect();
@@ -268,7 +171,7 @@ async fn the_leader_killed_a_new_one_commits_and_nothing_acknowledged_is_lost() 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_minority_acknowledges_nothing_and_says_so() {
-    let mut trio = Trio::start();
+    let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;
     let others: Vec<u64> = trio
         .nodes
@@ -306,16 +209,14 @@ async fn a_minority_acknowledges_nothing_and_says_so() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
-    let mut trio = Trio::start();
+    let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;
     let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
     let tokens = tokens(300, "w");
     let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
     record_all(&trio.nodes[&leader].recorder().await, b"kept", &refs).await;
     trio.kill(follower);
-    let dir = trio.dirs[(follower - 1) as usize].path().to_path_buf();
-    std::fs::remove_dir_all(&dir).unwrap();
-    std::fs::create_dir_all(&dir).unwrap();
+    trio.wipe(follower);
     trio.restart(follower);
     let client = trio.nodes[&follower].recorder().await;
     let deadline = tokio::time::Instant::now() + WAIT;
@@ -335,7 +236,7 @@ async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_delete_and_resume_reach_across_nodes() {
-    let trio = Trio::start();
+    let trio = Trio::start(&[]);
     let ids: Vec<u64> = trio.nodes.keys().copied().collect();
     let (a, b, c) = (ids[0], ids[1], ids[2]);
 

@@ -150,7 +150,11 @@ async fn ack(
             kind: Some(producing::Kind::Committed(length)),
         }),
         Ok(Err(err)) => Err(Status::from(err)),
-        Err(_) => Err(Status::from(Error::ShuttingDown)),
+        // The commit's waiter went away unanswered: its commit did not happen here.
+        Err(_) => Err(Status::from(Error::NoQuorum {
+            leader: None,
+            leader_address: None,
+        })),
     };
     let ok = answer.is_ok();
     answers.send(answer).await.is_ok() && ok

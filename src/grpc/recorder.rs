@@ -199,6 +199,9 @@ async fn record_stream(
     }
     Ok(match producer.complete().await {
         Ok(progress) => response(progress, producer.end_message()),
+        // Nothing could be committed (a node of a cluster cut off from its majority): the
+        // call fails as unavailable, to be retried elsewhere.
+        Err(err) if err.kind() == crate::error::Kind::Unavailable => return Err(err.into()),
         Err(err) => error_response(err.client_message()),
     })
 }

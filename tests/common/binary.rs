@@ -97,6 +97,26 @@ impl BinaryServer {
         panic!("no free port found in {TRIES} tries");
     }
 
+    /// Starts `tapedeck serve` on `data_dir` listening on `addr` (a node restarted on the
+    /// address its clients know), keeping its log in `keep`, and waits until it listens.
+    pub(crate) fn spawn_at(
+        addr: SocketAddr,
+        data_dir: &Path,
+        extra_args: &[&str],
+        keep: LogLines,
+    ) -> BinaryServer {
+        let listen = addr.to_string();
+        let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
+        args.extend_from_slice(extra_args);
+        match try_spawn_serving_with_env(data_dir, &args, Some(keep), &[]) {
+            Ok(child) => BinaryServer {
+                addr,
+                child: Some(child),
+            },
+            Err(log) => panic!("the binary exited before listening:\n{log}"),
+        }
+    }
+
     pub(crate) fn pid(&self) -> i32 {
         self.child.as_ref().map_or(0, |c| c.id() as i32)
     }

@@ -1,7 +1,8 @@
 //! Test harness, one file per concern: in-process servers (`server`), the real binary and
 //! SIGKILL (`binary`), gRPC clients, producers and replays (`grpc`), loopback ports and a
 //! cuttable proxy (`net`), the host (`host`: root, tmpfs, memory, disk space), Python
-//! (`python`), Redis (`redis_server`) and SeaweedFS's S3 (`seaweed`). Everything but the last
+//! (`python`), Redis (`redis_server`), SeaweedFS's S3 (`seaweed`) and a three-node cluster
+//! (`trio`). Everything but the last
 //! three is re-exported here, so a test file needs only `use common::*;`.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
@@ -15,6 +16,7 @@ pub(crate) mod python;
 pub(crate) mod redis_server;
 pub(crate) mod seaweed;
 mod server;
+pub(crate) mod trio;
 
 // Each test binary uses a different part of these, so some are unused in each.
 #[allow(unused_imports)]

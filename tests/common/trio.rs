@@ -1,0 +1,164 @@
+//! Three real `tapedeck` binaries as one cluster on loopback: each node's data dir, its gRPC
+//! address and its cluster address fixed for the test's length (a node restarts where its
+//! clients and peers know it), killed, wiped and restarted at will; who leads, as the nodes'
+//! `tapedeck.v1.Cluster/Status` say.
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tempfile::TempDir;
+
+use super::{BinaryServer, LogLines, WAIT, free_port};
+
+/// Three nodes' data dirs and addresses, and the nodes running now.
+pub(crate) struct Trio {
+    dirs: Vec<TempDir>,
+    /// Each node's gRPC address, by id.
+    pub(crate) grpc: BTreeMap<u64, SocketAddr>,
+    peers: String,
+    extra_args: Vec<String>,
+    pub(crate) nodes: BTreeMap<u64, BinaryServer>,
+    /// Every log line of each node, all its runs together.
+    logs: BTreeMap<u64, LogLines>,
+}
+
+impl Trio {
+    /// Starts three nodes of a new cluster at once (each waits to hear from a leader before
+    /// it forms the cluster itself), with `extra_args` on each.
+    pub(crate) fn start(extra_args: &[&str]) -> Trio {
+        let peers = (1..=3)
+            .map(|id| format!("{id}={}", free_port()))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut trio = Trio {
+            dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
+            grpc: (1..=3).map(|id| (id, free_port())).collect(),
+            peers,
+            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            nodes: BTreeMap::new(),
+            logs: (1..=3).map(|id| (id, LogLines::default())).collect(),
+        };
+        let started: Vec<(u64, BinaryServer)> = std::thread::scope(|scope| {
+            let spawns: Vec<_> = (1..=3)
+                .map(|id| {
+                    let trio = &trio;
+                    scope.spawn(move || (id, trio.spawn_node(id)))
+                })
+                .collect();
+            spawns.into_iter().map(|s| s.join().unwrap()).collect()
+        });
+        trio.nodes.extend(started);
+        trio
+    }
+
+    fn spawn_node(&self, id: u64) -> BinaryServer {
+        let listen = self
+            .peers
+            .split(',')
+            .find_map(|peer| peer.strip_prefix(&format!("{id}=")))
+            .unwrap()
+            .to_string();
+        let id_text = id.to_string();
+        let mut args = vec![
+            "--node-id",
+            &id_text,
+            "--cluster-listen",
+            &listen,
+            "--cluster-peers",
+            &self.peers,
+        ];
+        args.extend(self.extra_args.iter().map(String::as_str));
+        let dir = self.dirs[(id - 1) as usize].path();
+        BinaryServer::spawn_at(self.grpc[&id], dir, &args, self.logs[&id].clone())
+    }
+
+    /// Starts node `id` again on its data dir and addresses.
+    pub(crate) fn restart(&mut self, id: u64) {
+        let node = self.spawn_node(id);
+        self.nodes.insert(id, node);
+    }
+
+    /// SIGKILLs node `id`.
+    pub(crate) fn kill(&mut self, id: u64) {
+        self.nodes.remove(&id).unwrap().kill();
+    }
+
+    /// Empties node `id`'s data dir (it must be stopped): its disk is lost.
+    pub(crate) fn wipe(&self, id: u64) {
+        let dir = self.dirs[(id - 1) as usize].path();
+        std::fs::remove_dir_all(dir).unwrap();
+        std::fs::create_dir_all(dir).unwrap();
+    }
+
+    /// The node that leads now, as the nodes' status tells it, within [`WAIT`].
+    pub(crate) async fn leader(&self) -> u64 {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            for (id, node) in &self.nodes {
+                if let Ok(status) = status_of(node).await
+                    && status.role == "leader"
+                {
+                    return *id;
+                }
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "no node led within {WAIT:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until every running node has applied the leader's whole log, within `wait`.
+    pub(crate) async fn converged(&self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let leader = self.leader().await;
+            if let Ok(led) = status_of(&self.nodes[&leader]).await {
+                let mut behind = Vec::new();
+                for (id, node) in &self.nodes {
+                    match status_of(node).await {
+                        Ok(status) if status.applied_index >= led.last_log_index => {}
+                        other => behind.push((*id, other.map(|s| s.applied_index).ok())),
+                    }
+                }
+                if behind.is_empty() {
+                    return;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "nodes {behind:?} did not apply the leader's log (index {}) within {wait:?}; \
+                     their errors:\n{}",
+                    led.last_log_index,
+                    self.errors(behind.iter().map(|(id, _)| *id))
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+impl Trio {
+    /// The error lines the nodes `ids` logged.
+    fn errors(&self, ids: impl Iterator<Item = u64>) -> String {
+        ids.flat_map(|id| {
+            let lines = self.logs[&id].lock().unwrap();
+            lines
+                .iter()
+                .filter(|line| line.contains("\"ERROR\"") || line.contains("panicked"))
+                .map(|line| format!("node {id}: {line}"))
+                .collect::<Vec<_>>()
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
+    }
+}
+
+/// Node `node`'s view of the cluster.
+pub(crate) async fn status_of(
+    node: &BinaryServer,
+) -> Result<tapedeck::pb::tapedeck::ClusterStatus, tonic::Status> {
+    let config = tapedeck::client::ClientConfig::new(node.addr.to_string());
+    let client = tapedeck::client::Client::connect(config).await?;
+    client.cluster_status().await
+}
