@@ -525,7 +525,8 @@ async fn a_cut_off_follower_catches_up_after_the_heal() {
     let unseen = replay_text(&cluster.nodes[&follower].recorder().await, name.as_bytes()).await;
     assert!(
         matches!(&unseen, Err(status) if status.code() == Code::NotFound),
-        "{unseen:?}"
+        "the cut-off follower replayed {name}: {:?}",
+        unseen.map(|replayed| (replayed.text.len(), replayed.status))
     );
 
     cluster.heal();
