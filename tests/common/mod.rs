@@ -1,9 +1,10 @@
 //! Test harness, one file per concern: in-process servers (`server`), the real binary and
 //! SIGKILL (`binary`), gRPC clients, producers and replays (`grpc`), loopback ports and a
 //! cuttable proxy (`net`), the host (`host`: root, tmpfs, memory, disk space), Python
-//! (`python`), Redis (`redis_server`), SeaweedFS's S3 (`seaweed`) and a three-node cluster
-//! (`trio`). Everything but the last
-//! three is re-exported here, so a test file needs only `use common::*;`.
+//! (`python`), Redis (`redis_server`), SeaweedFS's S3 (`seaweed`), a three-node cluster
+//! (`trio`) and links between a cluster's nodes that can be cut and healed (`links`).
+//! Everything but the last five is re-exported here, so a test file needs only
+//! `use common::*;`.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::time::Duration;
@@ -11,6 +12,7 @@ use std::time::Duration;
 mod binary;
 mod grpc;
 mod host;
+pub(crate) mod links;
 mod net;
 pub(crate) mod python;
 pub(crate) mod redis_server;
