@@ -32,7 +32,11 @@ struct Made {
 const TOKENS: usize = 30;
 
 /// Records one response after another, each to the next node, until `stop`.
-async fn tonic_producer(targets: Vec<SocketAddr>, prefix: String, stop: CancellationToken) -> Vec<Made> {
+async fn tonic_producer(
+    targets: Vec<SocketAddr>,
+    prefix: String,
+    stop: CancellationToken,
+) -> Vec<Made> {
     let mut made = Vec::new();
     let mut n = 0;
     while !stop.is_cancelled() {
@@ -153,7 +157,13 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         .unwrap();
     let stop = CancellationToken::new();
     let tonic_producers: Vec<_> = (0..2)
-        .map(|p| tokio::spawn(tonic_producer(targets.clone(), format!("tonic{p}"), stop.clone())))
+        .map(|p| {
+            tokio::spawn(tonic_producer(
+                targets.clone(),
+                format!("tonic{p}"),
+                stop.clone(),
+            ))
+        })
         .collect();
 
     for cycle in 0..cycles {
@@ -162,7 +172,12 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         let victim = if cycle % 2 == 0 {
             leader
         } else {
-            let followers: Vec<u64> = trio.nodes.keys().copied().filter(|id| *id != leader).collect();
+            let followers: Vec<u64> = trio
+                .nodes
+                .keys()
+                .copied()
+                .filter(|id| *id != leader)
+                .collect();
             followers[dice.roll(followers.len() as u64) as usize]
         };
         let wipe = dice.roll(3) == 0;
@@ -189,7 +204,10 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         made.push(serde_json::from_str(line).unwrap());
     }
     let acked = made.iter().filter(|m| m.acked).count();
-    eprintln!("torture: {} recordings made, {acked} acknowledged", made.len());
+    eprintln!(
+        "torture: {} recordings made, {acked} acknowledged",
+        made.len()
+    );
     assert!(acked > 0, "no recording was acknowledged: {made:?}");
 
     // Every node has applied everything, and detached recordings have ended.
@@ -205,11 +223,19 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         }
         let (first_node, first) = seen.iter().next().unwrap();
         for (node, view) in &seen {
-            assert_eq!(view, first, "{}: node {node} and node {first_node} disagree", recording.id);
+            assert_eq!(
+                view, first,
+                "{}: node {node} and node {first_node} disagree",
+                recording.id
+            );
         }
         match first {
             Some((text, status)) if recording.acked => {
-                assert_eq!(text, &recording.sent, "{}: acknowledged bytes lost or doubled", recording.id);
+                assert_eq!(
+                    text, &recording.sent,
+                    "{}: acknowledged bytes lost or doubled",
+                    recording.id
+                );
                 assert_eq!(status.as_deref(), Some("completed"), "{}", recording.id);
             }
             None if recording.acked => panic!("{}: acknowledged and lost", recording.id),

@@ -184,6 +184,8 @@ impl Session {
         loop {
             let lost = self.serve(&mut connection, &mut commands, &ended).await;
             let Some(status) = lost else {
+                // Ended: what was sent and not committed never will be, here.
+                self.fail(self.cluster.no_quorum());
                 return;
             };
             if !retriable(&status) {
