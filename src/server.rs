@@ -199,8 +199,18 @@ pub async fn run(
     let timeout = config.shutdown_timeout;
     let draining = recorder.clone();
     let stopping = lifecycle.clone();
+    // A node of a cluster whose Raft stopped (its log could not be written) stops too.
+    let raft_failed = cluster.as_ref().map(|served| served.cluster.clone());
     let shutdown_signal = async move {
-        shutdown.await;
+        match raft_failed {
+            Some(cluster) => tokio::select! {
+                () = shutdown => {}
+                reason = cluster.stopped() => {
+                    tracing::error!(%reason, "the cluster's Raft stopped; this node stops");
+                }
+            },
+            None => shutdown.await,
+        }
         tracing::info!("shutting down");
         health.shutting_down().await;
         if tokio::time::timeout(timeout, draining.shutdown())
@@ -254,7 +264,9 @@ pub async fn run(
         }
     }
     let _ = sweeper.await;
+    let mut failed = None;
     if let Some(served) = cluster {
+        failed = served.cluster.failure();
         served.cluster.shutdown().await;
         let _ = served.server.await;
     }
@@ -271,6 +283,9 @@ pub async fn run(
     }
     drop(recorder);
     store.close().await;
+    if let Some(reason) = failed {
+        return Err(Error::Cluster { reason });
+    }
     served.map_err(Error::Serve)
 }
 

@@ -260,7 +260,8 @@ impl Session {
                     Ok(Some(Producing { kind: Some(producing::Kind::Committed(length)) })) => self.commit(length),
                     Ok(Some(Producing { kind: Some(producing::Kind::Ended(end)) })) => {
                         let outcome = outcome(&end);
-                        self.commit(outcome.progress.bytes.min(self.acked.max(outcome.progress.bytes)));
+                        // Everything in the recording as it ended is committed.
+                        self.commit(outcome.progress.bytes);
                         if let Some((_, done)) = self.finishing.take() {
                             let _ = done.send(Ok(outcome.clone()));
                         }

@@ -221,10 +221,12 @@ impl Cluster {
                 let m = metrics.borrow_and_update();
                 let leads = m.current_leader == Some(self.config.node_id)
                     && m.state == openraft::ServerState::Leader;
-                // The leader's first entry of its term is its last one now; once it is
-                // applied, so is everything committed before it.
-                let applied = m.last_applied.map(|id| id.index);
-                (m.current_term, leads, applied >= m.last_log_index)
+                // Once an entry of its own term is applied (its first, blank one), so is
+                // everything the leaders before it committed.
+                let ready = m
+                    .last_applied
+                    .is_some_and(|id| id.leader_id.get_term() == m.current_term);
+                (m.current_term, leads, ready)
             };
             was_leading |= leads;
             if !leads {
@@ -243,6 +245,27 @@ impl Cluster {
                 changed = metrics.changed() => if changed.is_err() { return },
             }
         }
+    }
+
+    /// Resolves when this node's Raft has stopped on its own (a write or sync of its log
+    /// failed, which is never retried), with why.
+    pub async fn stopped(&self) -> String {
+        let mut metrics = self.raft.metrics();
+        loop {
+            if let Some(reason) = self.failure() {
+                return reason;
+            }
+            if metrics.changed().await.is_err() {
+                return "the Raft task ended".to_string();
+            }
+        }
+    }
+
+    /// Why this node's Raft stopped on its own, if it did.
+    pub fn failure(&self) -> Option<String> {
+        let metrics = self.raft.metrics();
+        let running = metrics.borrow().running_state.clone();
+        running.err().map(|fatal| fatal.to_string())
     }
 
     /// Stops the node's Raft.
