@@ -101,7 +101,20 @@ async fn seaweed_serves_s3_and_keeps_objects_across_a_restart() {
     // The same client: the failed get dropped its one pooled connection to the killed server
     // (without retries, a stale pooled connection fails the first request after a restart).
     s3.restart();
-    let got = store.get(&one).await.unwrap().bytes().await.unwrap();
+    // Its volume server announces its volumes to its master a moment after the ready banner:
+    // until then a read answers 500, a listing already works.
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    let got = loop {
+        match store.get(&one).await {
+            Ok(got) => break got.bytes().await.unwrap(),
+            Err(err)
+                if tokio::time::Instant::now() < deadline && err.to_string().contains("500") =>
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+            }
+            Err(err) => panic!("the object was not read back after the restart: {err}"),
+        }
+    };
     assert_eq!(got, body);
     assert_eq!(
         s3.keys("recordings").await,
