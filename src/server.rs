@@ -1,6 +1,7 @@
 //! `run`: wires the store, the recorder and the faces together on an already-bound listener,
 //! serves until `shutdown` resolves, then shuts down in order with a bound.
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -118,27 +119,19 @@ pub async fn run(
         Some(cluster) => Some(start_cluster(cluster, &recorder, config, &lifecycle).await?),
         None => None,
     };
+    let guard = Guard::new(&config.access)?;
+    let face = http_listener.is_some().then(|| {
+        let cluster = cluster.as_ref().map(|served| served.cluster.clone());
+        crate::http::HttpFace::new(recorder.clone(), guard.clone(), config.http_bounds, cluster)
+    });
     if let Some(served) = &cluster {
-        let deck = recorder.deck().clone();
-        let deposing = recorder.deck().clone();
-        let depose = move || {
-            let deposed = deposing.depose_all();
-            tracing::info!(
-                deposed,
-                "dropped the live recordings this node held as leader"
-            );
-        };
-        let adopting = served.cluster.clone().on_each_lead(lifecycle.stop.clone(), move || {
-            let deck = deck.clone();
-            async move {
-                match deck.adopt_left_live().await {
-                    Ok(0) => {}
-                    Ok(adopted) => tracing::info!(adopted, "adopted the recordings left live by the node that led before"),
-                    Err(err) => tracing::error!(error = %err, "could not adopt the recordings left live"),
-                }
-            }
-        }, depose);
-        lifecycle.tasks.spawn(adopting);
+        let streams = face.as_ref().map(|face| face.streams().clone());
+        lifecycle.tasks.spawn(follow_leadership(
+            served.cluster.clone(),
+            recorder.clone(),
+            streams,
+            lifecycle.stop.clone(),
+        ));
         let exporting = served
             .cluster
             .clone()
@@ -156,7 +149,6 @@ pub async fn run(
         config.idle_timeout,
         lifecycle.stop.clone(),
     ));
-    let guard = Guard::new(&config.access)?;
     let locator = match &config.locator {
         Some(settings) => {
             let locator = Locator::new(settings, &config.data_dir)?;
@@ -165,8 +157,7 @@ pub async fn run(
         }
         None => None,
     };
-    let http = http_listener.map(|http_listener| {
-        let face = crate::http::HttpFace::new(recorder.clone(), guard.clone(), config.http_bounds);
+    let http = http_listener.zip(face).map(|(http_listener, face)| {
         let stop = lifecycle.stop.clone();
         tokio::spawn(crate::http::serve(
             http_listener,
@@ -292,6 +283,54 @@ pub async fn run(
 /// The TLS settings `files` name, read now.
 ///
 /// Fails with `Tls` when a file cannot be read.
+/// Each time this node of a cluster comes to lead, it adopts the recordings the node before
+/// left live, and takes over the open streams among them; each time it stops, it lets go of
+/// them (their writes are the next leader's). Runs until `stop` is cancelled.
+async fn follow_leadership(
+    cluster: crate::cluster::Cluster,
+    recorder: Recorder,
+    streams: Option<Arc<crate::recorder::streams::Streams>>,
+    stop: tokio_util::sync::CancellationToken,
+) {
+    let deposing = (recorder.clone(), streams.clone());
+    let depose = move || {
+        let deposed = deposing.0.deck().depose_all();
+        tracing::info!(
+            deposed,
+            "dropped the live recordings this node held as leader"
+        );
+        if let Some(streams) = deposing.1.clone() {
+            tokio::spawn(async move {
+                streams
+                    .release_all("this node no longer leads the cluster")
+                    .await;
+            });
+        }
+    };
+    let adopt = move || {
+        let deck = recorder.deck().clone();
+        let streams = streams.clone();
+        async move {
+            match deck.adopt_left_live().await {
+                Ok(0) => {}
+                Ok(adopted) => tracing::info!(
+                    adopted,
+                    "adopted the recordings left live by the node that led before"
+                ),
+                Err(err) => {
+                    tracing::error!(error = %err, "could not adopt the recordings left live")
+                }
+            }
+            if let Some(streams) = streams
+                && let Err(err) = streams.adopt_open().await
+            {
+                tracing::error!(error = %err, "could not take over the open streams");
+            }
+        }
+    };
+    cluster.on_each_lead(stop, adopt, depose).await;
+}
+
 /// Binds this node's cluster port and starts it as a node of the cluster.
 ///
 /// Fails when the port cannot be bound or the node cannot start.

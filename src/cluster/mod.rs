@@ -4,6 +4,8 @@
 //!
 //! # Layout
 //! - `types`: what openraft runs with (the entry payload, node ids).
+//! - `http_writes`: writes on the HTTP face of a node that does not lead, run by the
+//!   leader's face.
 //! - `ending`: cancels and deletes made on the leader, for any node's clients.
 //! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
 //!   leader (this node's side, the leader's side), failing over to the next leader.
@@ -20,6 +22,7 @@
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
 mod ending;
 mod forwarded;
+mod http_writes;
 mod log;
 mod log_file;
 mod log_writer;
@@ -35,6 +38,7 @@ mod types;
 mod wire;
 
 pub use forwarded::Forwarded;
+pub use http_writes::LocalHttp;
 pub use log::LogStore;
 pub use node::{Cluster, Served};
 pub use settings::ClusterConfig;

@@ -41,7 +41,12 @@ pub struct Cluster {
     /// How this node dials the others.
     tls: Option<tonic::transport::ClientTlsConfig>,
     /// The last log index applied here.
-    applied: tokio::sync::watch::Receiver<u64>,
+    pub(super) applied: tokio::sync::watch::Receiver<u64>,
+    /// This node's HTTP face, which answers the writes other nodes forward while it leads.
+    pub(super) http_face: super::http_writes::FaceSlot,
+    /// The channel to the leader, kept while the same node leads: every call forwarded to
+    /// it shares one connection.
+    to_leader: Arc<std::sync::Mutex<Option<(NodeId, tonic::transport::Channel)>>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -101,21 +106,22 @@ impl Cluster {
             .map_err(|err| Error::Cluster {
                 reason: err.to_string(),
             })?;
-        let allowed = peer_ips(config).await;
-        let server = tokio::spawn(super::service::serve(
-            listener,
-            raft.clone(),
-            recorder.clone(),
-            allowed,
-            super::tls::server(tls)?,
-            stop.cancelled_owned(),
-        ));
         let cluster = Cluster {
             raft,
             config: Arc::new(config.clone()),
             tls: client_tls,
             applied,
+            http_face: Arc::default(),
+            to_leader: Arc::default(),
         };
+        let server = tokio::spawn(super::service::serve(
+            listener,
+            cluster.clone(),
+            recorder.clone(),
+            peer_ips(config).await,
+            super::tls::server(tls)?,
+            stop.cancelled_owned(),
+        ));
         cluster.form().await?;
         store.replicate_through(Arc::new(Proposer {
             cluster: cluster.clone(),
@@ -180,9 +186,15 @@ impl Cluster {
         *self.applied.borrow()
     }
 
-    /// A channel to the leader's cluster port, if a leader is known.
+    /// A channel to the leader's cluster port, if a leader is known and can be reached.
     pub(super) async fn leader_channel(&self) -> Option<tonic::transport::Channel> {
         let leader = self.raft.metrics().borrow().current_leader?;
+        let kept = self.kept_leader_channel();
+        if let Some((id, channel)) = kept
+            && id == leader
+        {
+            return Some(channel);
+        }
         let address = self.config.peers.get(&leader)?;
         let scheme = if self.tls.is_some() { "https" } else { "http" };
         let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))
@@ -192,7 +204,16 @@ impl Cluster {
         if let Some(tls) = &self.tls {
             endpoint = endpoint.tls_config(tls.clone()).ok()?;
         }
-        endpoint.connect().await.ok()
+        let channel = endpoint.connect().await.ok()?;
+        *self.to_leader.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, channel.clone()));
+        Some(channel)
+    }
+
+    fn kept_leader_channel(&self) -> Option<(NodeId, tonic::transport::Channel)> {
+        self.to_leader
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Why this node cannot commit, naming the leader if it knows one.

@@ -14,7 +14,9 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::produce::ProducingStream;
 use crate::id::ConversationId;
-use crate::pb::cluster::{Conversation, Done, Produced};
+use crate::pb::cluster::{
+    AppliedAsked, AppliedIndex, Conversation, Done, HttpAnswered, HttpAsked, Produced,
+};
 use crate::recorder::Recorder;
 
 use super::types::Raft;
@@ -29,6 +31,8 @@ pub(crate) type Allowed = BTreeSet<IpAddr>;
 /// This node's side of the cluster's RPCs.
 struct Service {
     raft: Raft,
+    /// This node: its applied index and HTTP face, for the HTTP writes forwarded here.
+    cluster: super::Cluster,
     /// Runs the producer sessions other nodes forward here.
     recorder: Recorder,
     allowed: Allowed,
@@ -116,6 +120,29 @@ impl Cluster for Service {
         Ok(Response::new(Done { done }))
     }
 
+    async fn http(
+        &self,
+        request: Request<HttpAsked>,
+    ) -> std::result::Result<Response<HttpAnswered>, Status> {
+        self.check(&request)?;
+        let answered = super::http_writes::answer_here(
+            &self.cluster.http_face,
+            &self.cluster.applied,
+            request.into_inner(),
+        )
+        .await?;
+        Ok(Response::new(answered))
+    }
+
+    async fn applied(
+        &self,
+        request: Request<AppliedAsked>,
+    ) -> std::result::Result<Response<AppliedIndex>, Status> {
+        self.check(&request)?;
+        let index = self.cluster.applied_index();
+        Ok(Response::new(AppliedIndex { index }))
+    }
+
     type ProduceStream = ProducingStream;
 
     async fn produce(
@@ -136,14 +163,15 @@ impl Cluster for Service {
 /// Fails when TLS cannot be set up or the server fails.
 pub(crate) async fn serve(
     listener: TcpListener,
-    raft: Raft,
+    cluster: super::Cluster,
     recorder: Recorder,
     allowed: Allowed,
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
     let service = ClusterServer::new(Service {
-        raft,
+        raft: cluster.raft.clone(),
+        cluster,
         recorder,
         allowed,
     })

@@ -10,6 +10,7 @@
 //! - `read`: catch-up and long-poll reads, HEAD; `sse`: SSE; `json`: JSON array framing.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
+//! - `forward`: on a node of a cluster that does not lead, writes run by the leader's face.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
@@ -17,6 +18,7 @@ mod access;
 mod connections;
 mod cursor;
 pub(crate) mod failure;
+mod forward;
 mod json;
 mod offset;
 mod read;
@@ -38,6 +40,7 @@ use tower_http::cors::{AllowOrigin, CorsLayer};
 use tracing::Instrument;
 
 use crate::access::{Guard, Operation};
+use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::Recorder;
@@ -60,18 +63,33 @@ pub struct HttpFace {
     bounds: Bounds,
     /// Slow bodies cut, for a rate-limited warning.
     slow_bodies: connections::Warning,
+    /// The cluster this node is part of, if any: its writes are made by the leader.
+    cluster: Option<Cluster>,
 }
 
 impl HttpFace {
-    /// A face over `recorder`, admitting the callers `guard` does, within `bounds`.
-    pub fn new(recorder: Recorder, guard: Guard, bounds: Bounds) -> Arc<Self> {
+    /// A face over `recorder`, admitting the callers `guard` does, within `bounds`; on a node
+    /// of `cluster`, if given.
+    pub fn new(
+        recorder: Recorder,
+        guard: Guard,
+        bounds: Bounds,
+        cluster: Option<Cluster>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             streams: Arc::new(Streams::new(recorder.clone())),
             recorder,
             guard,
             bounds,
             slow_bodies: connections::Warning::default(),
+            cluster,
         })
+    }
+
+    /// The streams this face serves (a node of a cluster takes them over when it comes to
+    /// lead, and lets them go when it stops).
+    pub fn streams(&self) -> &Arc<Streams> {
+        &self.streams
     }
 }
 
@@ -94,12 +112,15 @@ pub async fn serve(
         addr: "the HTTP listener".into(),
         source,
     })?;
+    if let Some(cluster) = &face.cluster {
+        forward::answer_forwarded(cluster, face.clone());
+    }
     tracing::info!(%addr, "HTTP face (Durable Streams) listening");
     let sweeper = tokio::spawn(sweep(face.clone(), sweep_interval));
     let releasing = face.clone();
     let release = tokio::spawn(async move {
         releasing.recorder.stopping().cancelled().await;
-        releasing.streams.release_all().await;
+        releasing.streams.release_all("server shutting down").await;
     });
     connections::serve(listener, router(face.clone()), face.bounds, shutdown).await;
     sweeper.abort();
@@ -114,6 +135,14 @@ async fn sweep(face: Arc<HttpFace>, interval: std::time::Duration) {
         ticker.tick().await;
         face.streams.expire().await;
     }
+}
+
+/// The face's routes, without the layers every response passes through.
+fn routes(face: Arc<HttpFace>) -> Router {
+    Router::new()
+        .route("/v1/stream/{*path}", axum::routing::any(dispatch))
+        .fallback(not_a_stream)
+        .with_state(face)
 }
 
 fn router(face: Arc<HttpFace>) -> Router {
@@ -137,10 +166,7 @@ fn router(face: Arc<HttpFace>) -> Router {
         ])
         .allow_headers(allowed)
         .expose_headers(exposed);
-    Router::new()
-        .route("/v1/stream/{*path}", axum::routing::any(dispatch))
-        .fallback(not_a_stream)
-        .with_state(face)
+    routes(face)
         .layer(axum::middleware::map_response(security_headers))
         .layer(cors)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
@@ -206,6 +232,9 @@ async fn dispatch(
 ) -> Response {
     // Every log line of the request, a 500's included, names what was being done.
     let span = tracing::error_span!("request", method = %request.method(), path = %path);
+    if let Some(cluster) = face.forwards(&request) {
+        return face.forward(cluster, request).instrument(span).await;
+    }
     match face.handle(path, request).instrument(span).await {
         Ok(reply) | Err(reply) => reply.into_response(),
     }

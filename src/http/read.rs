@@ -54,9 +54,39 @@ impl HttpFace {
             .map_err(|refused| stream_refused(refused, id))
     }
 
+    /// What is at stream `id` for a read `from` an offset, and the offset it starts at. On a
+    /// node of a cluster that does not lead, no stream there, or an offset past its tail, may
+    /// be a write the leader committed that this node has not applied yet: it catches up with
+    /// the leader, and looks once more.
+    pub(crate) async fn found(
+        &self,
+        id: &ConversationId,
+        touch: bool,
+        from: Option<ReadFrom>,
+    ) -> Result<(StreamSnapshot, u64), Reply> {
+        let look = || async {
+            let snapshot = self.snapshot(id, touch).await?;
+            let offset = match from {
+                Some(from) => start(&snapshot, from)?,
+                None => snapshot.tail,
+            };
+            Ok::<_, Reply>((snapshot, offset))
+        };
+        match look().await {
+            Err(reply) if reply.may_be_behind() => match self.behind_a_leader() {
+                Some(cluster) => {
+                    cluster.catch_up().await;
+                    look().await
+                }
+                None => Err(reply),
+            },
+            found => found,
+        }
+    }
+
     /// HEAD.
     pub(crate) async fn head(&self, id: &ConversationId) -> Replied {
-        let snapshot = self.snapshot(id, false).await?;
+        let (snapshot, _) = self.found(id, false, None).await?;
         let mut reply = Reply::new(StatusCode::OK)
             .content_type(&snapshot.content_type)
             .next_offset(snapshot.tail)
@@ -80,9 +110,8 @@ impl HttpFace {
         cursor_param: Option<&str>,
         headers: &HeaderMap,
     ) -> Replied {
-        let snapshot = self.snapshot(id, true).await?;
+        let (snapshot, offset) = self.found(id, true, Some(from)).await?;
         let json = snapshot.is_json();
-        let offset = start(&snapshot, from)?;
         let mut reader = self
             .streams
             .reader(id, &snapshot, offset)

@@ -85,6 +85,12 @@ impl Reply {
         }
     }
 
+    /// Whether this refusal may only mean this node has not yet applied what the client
+    /// wrote through another (no stream there, or an offset past its tail).
+    pub(crate) fn may_be_behind(&self) -> bool {
+        matches!(self.status, StatusCode::NOT_FOUND | StatusCode::BAD_REQUEST)
+    }
+
     /// A refusal: `status` with `message` as a plain-text body.
     pub(crate) fn refuse(status: StatusCode, message: impl Into<String>) -> Self {
         let mut message = message.into();

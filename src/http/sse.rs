@@ -19,7 +19,6 @@ use super::cursor;
 use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
-use super::read::start;
 use super::reply::*;
 use crate::id::ConversationId;
 use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
@@ -61,8 +60,7 @@ impl HttpFace {
         from: ReadFrom,
         cursor_param: Option<String>,
     ) -> Replied {
-        let snapshot = self.snapshot(id, true).await?;
-        let offset = start(&snapshot, from)?;
+        let (snapshot, offset) = self.found(id, true, Some(from)).await?;
         let encoding = Encoding::of(&snapshot);
         // JSON mode reads whole messages, as `Encoding::Json` frames them.
         let reader = self

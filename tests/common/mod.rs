@@ -14,6 +14,7 @@ mod grpc;
 mod host;
 pub(crate) mod links;
 mod net;
+pub(crate) mod node_clients;
 pub(crate) mod python;
 pub(crate) mod redis_server;
 pub(crate) mod seaweed;

@@ -15,6 +15,8 @@ pub(crate) struct Trio {
     dirs: Vec<TempDir>,
     /// Each node's gRPC address, by id.
     pub(crate) grpc: BTreeMap<u64, SocketAddr>,
+    /// Each node's HTTP face, by id, when the trio serves it (else the face is off).
+    pub(crate) http: BTreeMap<u64, SocketAddr>,
     peers: String,
     extra_args: Vec<String>,
     pub(crate) nodes: BTreeMap<u64, BinaryServer>,
@@ -26,6 +28,15 @@ impl Trio {
     /// Starts three nodes of a new cluster at once (each waits to hear from a leader before
     /// it forms the cluster itself), with `extra_args` on each.
     pub(crate) fn start(extra_args: &[&str]) -> Trio {
+        Self::start_serving(extra_args, false)
+    }
+
+    /// As [`Trio::start`], each node serving its HTTP face too.
+    pub(crate) fn start_with_http(extra_args: &[&str]) -> Trio {
+        Self::start_serving(extra_args, true)
+    }
+
+    fn start_serving(extra_args: &[&str], http: bool) -> Trio {
         let peers = (1..=3)
             .map(|id| format!("{id}={}", free_port()))
             .collect::<Vec<_>>()
@@ -33,6 +44,11 @@ impl Trio {
         let mut trio = Trio {
             dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
             grpc: (1..=3).map(|id| (id, free_port())).collect(),
+            http: if http {
+                (1..=3).map(|id| (id, free_port())).collect()
+            } else {
+                BTreeMap::new()
+            },
             peers,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             nodes: BTreeMap::new(),
@@ -67,6 +83,10 @@ impl Trio {
             "--cluster-peers",
             &self.peers,
         ];
+        let http = self.http.get(&id).map(ToString::to_string);
+        if let Some(http) = &http {
+            args.extend(["--http-listen", http.as_str()]);
+        }
         args.extend(self.extra_args.iter().map(String::as_str));
         let dir = self.dirs[(id - 1) as usize].path();
         BinaryServer::spawn_at(self.grpc[&id], dir, &args, self.logs[&id].clone())

@@ -6,13 +6,18 @@
 // itself cannot carry a byte: SSE splits text at CR, LF and CRLF and joins the lines with LF,
 // so a CR arrives as LF over SSE (catch-up and long-poll carry it as it was).
 //
-// Usage: node durable_streams.mjs BASE_URL   (BASE_URL = http://HOST:PORT of the HTTP face)
+// Usage: node durable_streams.mjs BASE_URL [BASE_URL ...]   (http://HOST:PORT of an HTTP face)
+// The first face takes the writes; the readers are spread over the others (given several nodes
+// of a cluster, a follower writes and the other nodes read), or all use the first.
 // Prints one JSON line per check; exits 1 if any check failed.
 import { createServer } from "node:http"
 import { DurableStream, stream } from "@durable-streams/client"
 import { chromium } from "playwright-core"
 
-const base = process.argv[2]
+const bases = process.argv.slice(2)
+const base = bases[0]
+// The face reader `i` uses.
+const readBase = (i) => bases[i % bases.length]
 const chromiumPath = process.env.TAPEDECK_TEST_CHROMIUM ?? "/usr/bin/chromium"
 const encoder = new TextEncoder()
 const WAIT_MS = 20000
@@ -179,16 +184,18 @@ const browser = await chromium.launch({ executablePath: chromiumPath, args: ["--
 
 try {
   for (const c of cases) {
-    const url = `${base}/v1/stream/foreign-${c.name}-${process.pid}`
+    const path = `/v1/stream/foreign-${c.name}-${process.pid}`
+    const url = `${base}${path}`
+    const [sseUrl, longPollUrl] = [readBase(1) + path, readBase(2) + path]
     const mode = isJson(c) ? "json" : c.contentType.startsWith("text/") ? "text" : "base64"
     const handle = await DurableStream.create({ url, contentType: c.contentType })
 
     // Live readers, connected before the first append.
-    const sse = await readWithClient(url, c, "sse")
-    const longPoll = await readWithClient(url, c, "long-poll")
+    const sse = await readWithClient(sseUrl, c, "sse")
+    const longPoll = await readWithClient(longPollUrl, c, "long-poll")
     const tab = await browser.newPage()
     await tab.goto(`http://127.0.0.1:${pages.address().port}/`)
-    const liveInBrowser = tab.evaluate(([u, m]) => window.read(u, m), [url, mode])
+    const liveInBrowser = tab.evaluate(([u, m]) => window.read(u, m), [sseUrl, mode])
     await tab.waitForFunction(() => window.connected, null, { timeout: WAIT_MS })
 
     for (const append of c.appends.slice(0, -1)) await handle.append(body(c, append))
@@ -207,9 +214,9 @@ try {
     check(c.name, "EventSource, live", await liveInBrowser, expected(c, true))
 
     // Catch-up, once the stream is closed.
-    const catchUp = await readWithClient(url, c, false)
+    const catchUp = await readWithClient(longPollUrl, c, false)
     check(c.name, "npm client, catch-up", await catchUp.result, expected(c, false))
-    const catchUpInBrowser = await tab.evaluate(([u, m]) => window.read(u, m), [url, mode])
+    const catchUpInBrowser = await tab.evaluate(([u, m]) => window.read(u, m), [sseUrl, mode])
     check(c.name, "EventSource, catch-up", catchUpInBrowser, expected(c, true))
     await tab.close()
   }

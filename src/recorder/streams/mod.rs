@@ -59,6 +59,8 @@ impl From<Error> for StreamRefused {
 pub struct Streams {
     recorder: Recorder,
     handles: Mutex<HashMap<u128, Arc<Handle>>>,
+    /// Held while a handle is loaded from the store (see `find`).
+    loading: tokio::sync::Mutex<()>,
 }
 
 impl Streams {
@@ -67,6 +69,7 @@ impl Streams {
         Self {
             recorder,
             handles: Mutex::new(HashMap::new()),
+            loading: tokio::sync::Mutex::new(()),
         }
     }
 

@@ -65,7 +65,15 @@ impl Streams {
                 if touch {
                     state.touch(now);
                 }
-                Ok(StreamSnapshot::of(&state))
+                let mut snapshot = StreamSnapshot::of(&state);
+                let generation = state.generation;
+                drop(state);
+                if let Some((own, ended)) = self.applied(id, generation).await {
+                    let base = snapshot.fork.as_ref().map_or(0, |fork| fork.offset);
+                    snapshot.tail = snapshot.tail.max(base + own);
+                    snapshot.closed |= ended;
+                }
+                Ok(snapshot)
             }
             StreamAt::Recording => self.recording_snapshot(id).await,
             StreamAt::SoftDeleted => Err(StreamRefused::Gone),
@@ -78,10 +86,14 @@ impl Streams {
         &self,
         id: &ConversationId,
     ) -> std::result::Result<StreamSnapshot, StreamRefused> {
-        let (tail, closed) = match self.recorder.deck().live(id.key()) {
+        let live = self.recorder.deck().live(id.key());
+        let (tail, closed) = match live.filter(|_| !self.replicated()) {
             Some(tape) => (tape.progress().bytes, false),
             None => match self.recorder.deck().store().lookup(id.key()).await? {
-                Lookup::Stored(meta) => (meta.byte_len, !meta.status.is_live()),
+                Lookup::Stored(meta) => match self.applied(id, meta.generation).await {
+                    Some(applied) => applied,
+                    None => (meta.byte_len, !meta.status.is_live()),
+                },
                 Lookup::Unknown => match self.recorder.deck().remote(id.key()).await? {
                     Some(Remote::Sealed(sealed)) => (sealed.header.meta.byte_len, true),
                     _ => return Err(StreamRefused::Missing),
@@ -97,6 +109,23 @@ impl Streams {
             ttl_secs: None,
             expires_at_ms: None,
         })
+    }
+
+    fn replicated(&self) -> bool {
+        self.recorder.deck().store().is_replicated()
+    }
+
+    /// In a cluster, how much of recording `generation` of `id` this node has applied, and
+    /// whether it has ended: the store runs ahead of the leader's tapes (a commit is applied
+    /// before its producer hears of it), and a live recording's row does not hold its length
+    /// (its chunks do). `None` on a single node, or once the recording is no longer stored.
+    async fn applied(&self, id: &ConversationId, generation: u64) -> Option<(u64, bool)> {
+        if !self.replicated() {
+            return None;
+        }
+        let store = self.recorder.deck().store();
+        let (status, _, bytes) = store.progress(id.key(), generation).await.ok()?;
+        Some((bytes, !status.is_live()))
     }
 
     /// A reader of stream `id`, as `snapshot` found it, from `offset` (not past its tail):

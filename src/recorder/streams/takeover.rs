@@ -44,13 +44,14 @@ impl Streams {
         Ok(adopted)
     }
 
-    /// Lets go of every open stream's producer session (at shutdown): they stay open in the
-    /// file, and are taken over again at the next start.
-    pub async fn release_all(&self) {
+    /// Lets go of every open stream's producer session, because of `reason` (shutdown, or
+    /// this node no longer leads its cluster): they stay open in the file, and are taken over
+    /// again at the next start, or by the next leader.
+    pub async fn release_all(&self, reason: &str) {
         for handle in self.all() {
             let mut state = handle.state.lock().await;
             if let Some(writer) = state.writer.take() {
-                writer.detach("server shutting down".into());
+                writer.detach(reason.into());
             }
             state.gone = true;
         }
