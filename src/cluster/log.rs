@@ -317,6 +317,41 @@ impl RaftLogReader<TypeConfig> for LogReader {
     ) -> Result<Vec<Entry>, StorageError<NodeId>> {
         read_range(&self.state, range).await
     }
+
+    /// What one AppendEntries carries: the entries from `start`, up to [`MAX_PAYLOAD_BYTES`]
+    /// of them (always at least one).
+    async fn limited_get_log_entries(
+        &mut self,
+        start: u64,
+        end: u64,
+    ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+        let end = payload_end(&lock(&self.state), start, end);
+        read_range(&self.state, start..end).await
+    }
+}
+
+/// Most bytes of entries one AppendEntries carries. openraft gives each one heartbeat
+/// interval to be sent, decoded and fsynced by the follower, and sends it again from the
+/// start if it takes longer: a follower far behind (a wiped one) must be sent its log in
+/// pieces that fit, or it never catches up.
+const MAX_PAYLOAD_BYTES: u64 = 1024 * 1024;
+
+/// Where a payload from `start` ends: before `end`, after at most [`MAX_PAYLOAD_BYTES`] of
+/// entries, and after at least one.
+fn payload_end(state: &State, start: u64, end: u64) -> u64 {
+    let mut bytes = 0;
+    let mut index = start;
+    while index < end {
+        let Some(slot) = state.slot(index) else {
+            break;
+        };
+        bytes += u64::from(slot.len);
+        if bytes > MAX_PAYLOAD_BYTES && index > start {
+            break;
+        }
+        index += 1;
+    }
+    index.max(start.saturating_add(1)).min(end)
 }
 
 impl RaftLogReader<TypeConfig> for LogStore {

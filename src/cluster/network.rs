@@ -40,6 +40,37 @@ impl Network {
     }
 }
 
+/// HTTP/2 flow-control windows of the connections between nodes: wide enough that an
+/// AppendEntries of the most bytes the log hands out at once (see `log`) crosses in one
+/// window. openraft gives each AppendEntries one heartbeat interval; one that takes longer is
+/// dropped and sent again, so one that cannot fit would never get through.
+const STREAM_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
+const CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
+
+/// How this node dials another at `address` (TLS if `tls` is given).
+pub(super) fn endpoint(
+    address: &str,
+    tls: Option<&ClientTlsConfig>,
+) -> std::result::Result<Endpoint, tonic::transport::Error> {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))?
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
+    match tls {
+        Some(tls) => endpoint.tls_config(tls.clone()),
+        None => Ok(endpoint),
+    }
+}
+
+/// The windows a node's cluster port grants (see [`STREAM_WINDOW_BYTES`]).
+pub(super) fn serve_windows(server: tonic::transport::Server) -> tonic::transport::Server {
+    server
+        .initial_stream_window_size(STREAM_WINDOW_BYTES)
+        .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+}
+
 impl RaftNetworkFactory<TypeConfig> for Network {
     type Network = Peer;
 
@@ -49,14 +80,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             .get(&target)
             .cloned()
             .unwrap_or_else(|| node.addr.clone());
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let channel = Endpoint::from_shared(format!("{scheme}://{address}"))
-            .map(|endpoint| endpoint.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true))
-            .and_then(|endpoint| match &self.tls {
-                Some(tls) => endpoint.tls_config(tls.clone()),
-                None => Ok(endpoint),
-            })
-            .map(|endpoint| endpoint.connect_lazy());
+        let channel = endpoint(&address, self.tls.as_ref()).map(|endpoint| endpoint.connect_lazy());
         Peer { target, channel }
     }
 }

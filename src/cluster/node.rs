@@ -196,14 +196,7 @@ impl Cluster {
             return Some(channel);
         }
         let address = self.config.peers.get(&leader)?;
-        let scheme = if self.tls.is_some() { "https" } else { "http" };
-        let mut endpoint = tonic::transport::Endpoint::from_shared(format!("{scheme}://{address}"))
-            .ok()?
-            .connect_timeout(Duration::from_secs(1))
-            .tcp_nodelay(true);
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint.tls_config(tls.clone()).ok()?;
-        }
+        let endpoint = super::network::endpoint(address, self.tls.as_ref()).ok()?;
         let channel = endpoint.connect().await.ok()?;
         *self.to_leader.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, channel.clone()));
         Some(channel)

@@ -177,7 +177,7 @@ pub(crate) async fn serve(
     })
     .max_decoding_message_size(usize::MAX)
     .max_encoding_message_size(usize::MAX);
-    let mut server = Server::builder();
+    let mut server = super::network::serve_windows(Server::builder());
     if let Some(tls) = tls {
         server = server
             .tls_config(tls)
