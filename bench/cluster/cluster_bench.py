@@ -9,7 +9,9 @@ SIGKILLed, its data dir emptied, and it is started again under its id; the time 
 applied the leader's whole log, divided by the leader's log size, is its catch-up per GiB.
 
 Usage: python3 cluster_bench.py [--duration S] [--scenarios a,b] [--bench-args "..."]
-Prints a Markdown table per scenario and the catch-up line.
+                                [--catch-up-only | --no-catch-up]
+Prints one JSON line per bench run (the bench's report, and each node's CPU seconds, bytes
+written and peak RSS before and after it), then one for the catch-up.
 """
 
 import argparse
@@ -123,6 +125,7 @@ def main():
     parser.add_argument("--scenarios", default="a,b")
     parser.add_argument("--bench-args", default="")
     parser.add_argument("--catch-up-only", action="store_true")
+    parser.add_argument("--no-catch-up", action="store_true")
     opts = parser.parse_args()
     extra = opts.bench_args.split()
     work = tempfile.mkdtemp(prefix="cluster-bench-")
@@ -135,7 +138,6 @@ def main():
             node.start()
         leader = leader_of(nodes)
         follower = next(n for n in nodes if n is not leader)
-        results = []
         if not opts.catch_up_only:
             single.start()
             for scenario in opts.scenarios.split(","):
@@ -143,11 +145,11 @@ def main():
                                              ("3 nodes, clients on a follower", follower, nodes),
                                              ("3 nodes, clients on the leader", leader, nodes)]:
                     report, before, after = run_bench(node, scenario, opts.duration, extra, watched)
-                    results.append((scenario, label, node, watched, report, before, after))
                     print(json.dumps({"scenario": scenario, "where": label, "report": report,
                                       "before": before, "after": after}), flush=True)
-        catch_up = time_catch_up(nodes, leader)
-        print(json.dumps({"catch_up": catch_up}), flush=True)
+        if not opts.no_catch_up:
+            catch_up = time_catch_up(nodes, leader)
+            print(json.dumps({"catch_up": catch_up}), flush=True)
     finally:
         for node in nodes + [single]:
             if node.proc and node.proc.poll() is None:

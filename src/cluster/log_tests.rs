@@ -289,7 +289,10 @@ async fn a_payload_for_a_follower_holds_at_most_a_mebibyte_and_at_least_one_entr
     let sizes = [300_000, 300_000, 300_000, 300_000, 3_000_000, 10];
     store
         .append_then(
-            sizes.iter().enumerate().map(|(i, bytes)| big_entry(i as u64 + 1, *bytes)),
+            sizes
+                .iter()
+                .enumerate()
+                .map(|(i, bytes)| big_entry(i as u64 + 1, *bytes)),
             Box::new(move |result| {
                 let _ = done.send(result);
             }),
@@ -298,9 +301,17 @@ async fn a_payload_for_a_follower_holds_at_most_a_mebibyte_and_at_least_one_entr
     synced.await.expect("writer answers").expect("synced");
     let mut reader = store.get_log_reader().await;
     let first = reader.limited_get_log_entries(1, 7).await.expect("read");
-    assert_eq!(indexes(&first), vec![(1, 1), (1, 2), (1, 3)], "three fit in 1 MiB");
+    assert_eq!(
+        indexes(&first),
+        vec![(1, 1), (1, 2), (1, 3)],
+        "three fit in 1 MiB"
+    );
     let big = reader.limited_get_log_entries(5, 7).await.expect("read");
-    assert_eq!(indexes(&big), vec![(1, 5)], "an entry over the limit goes alone");
+    assert_eq!(
+        indexes(&big),
+        vec![(1, 5)],
+        "an entry over the limit goes alone"
+    );
     let last = reader.limited_get_log_entries(6, 7).await.expect("read");
     assert_eq!(indexes(&last), vec![(1, 6)]);
 }

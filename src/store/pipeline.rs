@@ -137,11 +137,14 @@ impl Writer {
             Err(err) => {
                 // The ops after the one that failed were never applied; they fail too.
                 let unapplied: Vec<Op> = ops.collect();
-                tracing::error!(
-                    error = %err,
-                    ops = after.callers() + unapplied.len(),
-                    "commit failed"
-                );
+                let ops = after.callers() + unapplied.len();
+                if matches!(err, crate::Error::NoQuorum { .. }) {
+                    // Routine on a node of a cluster that does not lead, or during an
+                    // election: its callers are told, and resume on the leader.
+                    tracing::debug!(error = %err, ops, "commit not made: no quorum here");
+                } else {
+                    tracing::error!(error = %err, ops, "commit failed");
+                }
                 // The file first: it must be usable again before the failures are recorded. (A
                 // node of a cluster wrote nothing: its transaction was dropped.)
                 if self.db.replicated.is_none() {
