@@ -208,6 +208,37 @@ async fn a_minority_acknowledges_nothing_and_says_so() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_made_through_one_node_is_found_at_once_on_another() {
+    let trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let followers: Vec<u64> = trio
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    let writer = trio.nodes[&followers[0]].recorder().await;
+    let behind = &trio.nodes[&followers[1]];
+    let reader = behind.recorder().await;
+    for i in 0..5 {
+        let id = format!("at-once-{i}");
+        // The reader's node is paused (for less than an election timeout) while the leader
+        // and the writer's node commit the recording: when it goes on, it has not applied it.
+        // SAFETY: signals a child process this test started.
+        unsafe { libc::kill(behind.pid(), libc::SIGSTOP) };
+        record_all(&writer, id.as_bytes(), &["a", "b", "c"]).await;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+        // SAFETY: as above.
+        unsafe { libc::kill(behind.pid(), libc::SIGCONT) };
+        // No waiting: the node catches up with the leader before it would say NOT_FOUND.
+        let replayed = replay_text(&reader, id.as_bytes())
+            .await
+            .unwrap_or_else(|err| panic!("{id} on node {}: {err}", followers[1]));
+        assert_eq!(replayed.text, "abc", "{id}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
     let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;

@@ -1,6 +1,7 @@
 //! What the faces ask the locator when several instances share one address: where a call
 //! about a conversation is served, whether a new recording may start here, and which
-//! conversations are live anywhere. With no locator, everything is served here.
+//! conversations are live anywhere. With no locator, everything is served here. On a node of
+//! a replicated cluster: a read that finds nothing catches up with the leader first.
 use std::collections::HashSet;
 
 use crate::error::Error;
@@ -115,4 +116,27 @@ pub(super) async fn live_anywhere(
         return HashSet::new();
     };
     locator.live_among(&keys).await.unwrap_or_default()
+}
+
+/// Runs `read`; on a node of `cluster` that does not lead, a `NOT_FOUND` may be a recording the
+/// leader committed that this node has not applied yet (its client made it through another
+/// node a moment ago): the node catches up with the leader and runs `read` once more.
+pub(super) async fn read_caught_up<T, F, Fut>(
+    cluster: Option<&crate::cluster::Cluster>,
+    read: F,
+) -> Result<T, tonic::Status>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    match read().await {
+        Err(status) if status.code() == tonic::Code::NotFound => match cluster {
+            Some(cluster) if !cluster.leads() => {
+                cluster.catch_up().await;
+                read().await
+            }
+            _ => Err(status),
+        },
+        read => read,
+    }
 }

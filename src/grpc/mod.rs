@@ -135,6 +135,7 @@ fn start_options(
 }
 
 /// What a replay call asks for.
+#[derive(Clone, Copy)]
 struct ReplayOf<'a> {
     id: &'a ConversationId,
     offset: u64,

@@ -102,16 +102,18 @@ impl ResponseRecorderService for RecorderService {
             chunked: request.chunked,
         };
         let stop = &self.lifecycle.stop;
-        let stream = stream_replay(&self.recorder, replay, stop, |piece| {
-            let chunk = piece.chunk.unwrap_or_default();
-            let end_offset = piece.end_offset;
-            ReplayResponse {
-                content: piece.into_text(),
-                redirect_address: String::new(),
-                offset: end_offset as i64,
-                chunk_index: chunk.index,
-                committed_at_ms: chunk.committed_ms as i64,
-            }
+        let stream = cluster::read_caught_up(self.cluster.as_ref(), || {
+            stream_replay(&self.recorder, replay, stop, |piece| {
+                let chunk = piece.chunk.unwrap_or_default();
+                let end_offset = piece.end_offset;
+                ReplayResponse {
+                    content: piece.into_text(),
+                    redirect_address: String::new(),
+                    offset: end_offset as i64,
+                    chunk_index: chunk.index,
+                    committed_at_ms: chunk.committed_ms as i64,
+                }
+            })
         })
         .await?;
         Ok(Response::new(stream))

@@ -124,11 +124,13 @@ impl ResponseResumerService for ResumerService {
             chunked: false,
         };
         let stop = &self.lifecycle.stop;
-        let stream = stream_replay(&self.recorder, replay, stop, |piece| {
-            ReplayResponseTokensResponse {
-                offset: piece.end_offset as i64,
-                token: piece.into_text(),
-            }
+        let stream = cluster::read_caught_up(self.cluster.as_ref(), || {
+            stream_replay(&self.recorder, replay, stop, |piece| {
+                ReplayResponseTokensResponse {
+                    offset: piece.end_offset as i64,
+                    token: piece.into_text(),
+                }
+            })
         })
         .await?;
         Ok(Response::new(stream))
