@@ -239,6 +239,39 @@ async fn a_recording_made_through_one_node_is_found_at_once_on_another() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_recording_the_check_calls_live_is_found_by_a_replay_on_the_leader() {
+    let trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let client = trio.nodes[&leader].recorder().await;
+    for i in 0..20 {
+        let id = format!("checked-{i}");
+        let recording = common::Recording::open(&client, id.as_bytes()).await;
+        recording.send("x").await;
+        // As a subscriber does: wait until the check says live, then replay at once.
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let live = client
+                .clone()
+                .check_recordings(tapedeck::pb::CheckRecordingsRequest {
+                    conversation_ids: vec![id.as_bytes().to_vec()],
+                })
+                .await
+                .unwrap()
+                .into_inner()
+                .conversation_ids;
+            if !live.is_empty() {
+                break;
+            }
+            assert!(tokio::time::Instant::now() < deadline, "{id} never live");
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        let replay = common::replay_from(&client, id.as_bytes(), 0).await;
+        assert!(replay.is_ok(), "{id}: {:?}", replay.err());
+        recording.complete().await.unwrap();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
     let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;

@@ -323,14 +323,17 @@ impl Recorder {
             });
         }
         let mut seen = HashSet::new();
+        // On a node of a cluster, live is what the applied state says (`live_elsewhere`): the
+        // leader's tape of a recording exists before its start is applied, and a replay on the
+        // strength of it would find nothing yet.
+        let tapes_count = !self.deck.store().is_replicated();
         Ok(ids
             .iter()
             .filter_map(|raw| ConversationId::parse(raw).ok())
             .filter(|id| {
                 let key = id.key();
-                seen.insert(key)
-                    && visible(id)
-                    && (self.deck.live(key).is_some() || live_elsewhere.contains(&key))
+                let live_here = tapes_count && self.deck.live(key).is_some();
+                seen.insert(key) && visible(id) && (live_here || live_elsewhere.contains(&key))
             })
             .map(|id| id.original().to_vec())
             .collect())
