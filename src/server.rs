@@ -280,9 +280,6 @@ pub async fn run(
     served.map_err(Error::Serve)
 }
 
-/// The TLS settings `files` name, read now.
-///
-/// Fails with `Tls` when a file cannot be read.
 /// Each time this node of a cluster comes to lead, it adopts the recordings the node before
 /// left live, and takes over the open streams among them; each time it stops, it lets go of
 /// them (their writes are the next leader's). Runs until `stop` is cancelled.
@@ -360,6 +357,9 @@ async fn start_cluster(
     .await
 }
 
+/// The TLS settings `files` name, read now.
+///
+/// Fails with `Tls` when a file cannot be read.
 pub(crate) fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|err| Error::Tls {
