@@ -99,6 +99,12 @@ async fn reflection_lists_the_services_and_describes_the_extension_fields() {
         names.contains(&"tapedeck.v1.Recordings".to_string()),
         "{names:?}"
     );
+    assert!(
+        !names
+            .iter()
+            .any(|name| name.starts_with("tapedeck.cluster.")),
+        "the service between a cluster's nodes is not the clients' to see: {names:?}"
+    );
     let Some(MessageResponse::FileDescriptorResponse(files)) =
         responses.message().await.unwrap().unwrap().message_response
     else {

@@ -9,7 +9,7 @@ SIGKILLed, its data dir emptied, and it is started again under its id; the time 
 applied the leader's whole log, divided by the leader's log size, is its catch-up per GiB.
 
 Usage: python3 cluster_bench.py [--duration S] [--scenarios a,b] [--bench-args "..."]
-                                [--catch-up-only | --no-catch-up]
+                                [--catch-up-only | --no-catch-up | --failover]
 Prints one JSON line per bench run (the bench's report, and each node's CPU seconds, bytes
 written and peak RSS before and after it), then one for the catch-up.
 """
@@ -126,6 +126,8 @@ def main():
     parser.add_argument("--bench-args", default="")
     parser.add_argument("--catch-up-only", action="store_true")
     parser.add_argument("--no-catch-up", action="store_true")
+    parser.add_argument("--failover", action="store_true",
+                        help="only run failover.py (needs PYTHONPATH with the gRPC stubs)")
     opts = parser.parse_args()
     extra = opts.bench_args.split()
     work = tempfile.mkdtemp(prefix="cluster-bench-")
@@ -138,6 +140,12 @@ def main():
             node.start()
         leader = leader_of(nodes)
         follower = next(n for n in nodes if n is not leader)
+        if opts.failover:
+            others = [n for n in nodes if n is not leader]
+            script = os.path.join(os.path.dirname(os.path.abspath(__file__)), "failover.py")
+            subprocess.run([sys.executable, script, others[0].grpc, others[1].grpc,
+                            str(leader.proc.pid)], check=True)
+            return
         if not opts.catch_up_only:
             single.start()
             for scenario in opts.scenarios.split(","):
