@@ -102,15 +102,18 @@ impl Dice {
 }
 
 /// How a recording stands on one node: its text and how it ended, or that it is unknown.
-async fn seen_on(node: SocketAddr, id: &str) -> Option<(String, Option<String>)> {
+async fn seen_on(
+    node: SocketAddr,
+    id: &str,
+) -> Result<Option<(String, Option<String>)>, tonic::Status> {
     let client = common::recorder_client(node).await;
     match replay_from(&client, id.as_bytes(), 0).await {
         Ok(stream) => {
-            let replayed = read_all(stream).await.unwrap();
-            Some((replayed.text, replayed.status))
+            let replayed = read_all(stream).await?;
+            Ok(Some((replayed.text, replayed.status)))
         }
-        Err(status) if status.code() == tonic::Code::NotFound => None,
-        Err(status) => panic!("replaying {id} on {node}: {status:?}"),
+        Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
+        Err(status) => Err(status),
     }
 }
 
@@ -219,7 +222,16 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
     for recording in &made {
         let mut seen = BTreeMap::new();
         for (id, addr) in &nodes {
-            seen.insert(*id, seen_on(*addr, &recording.id).await);
+            let view = seen_on(*addr, &recording.id)
+                .await
+                .unwrap_or_else(|status| {
+                    panic!(
+                        "replaying {} on node {id}: {status:?}; the nodes' errors:\n{}",
+                        recording.id,
+                        trio.errors(nodes.iter().map(|(id, _)| *id))
+                    )
+                });
+            seen.insert(*id, view);
         }
         let (first_node, first) = seen.iter().next().unwrap();
         for (node, view) in &seen {

@@ -160,7 +160,7 @@ impl Trio {
 
 impl Trio {
     /// The error lines the nodes `ids` logged.
-    fn errors(&self, ids: impl Iterator<Item = u64>) -> String {
+    pub(crate) fn errors(&self, ids: impl Iterator<Item = u64>) -> String {
         ids.flat_map(|id| {
             let lines = self.logs[&id].lock().unwrap();
             lines
