@@ -299,6 +299,37 @@ async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_gives_no_vote_until_it_has_caught_up() {
+    let mut trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let mut followers = trio.nodes.keys().copied().filter(|id| *id != leader);
+    let (wiped, other) = (followers.next().unwrap(), followers.next().unwrap());
+    let tokens = tokens(100, "v");
+    let refs: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    record_all(&trio.nodes[&leader].recorder().await, b"voted", &refs).await;
+    trio.kill(wiped);
+    trio.wipe(wiped);
+    // With the leader frozen, the wiped node hears from no leader and cannot catch up: the
+    // other follower stands for election and must not win with the wiped node's vote.
+    unsafe { libc::kill(trio.nodes[&leader].pid(), libc::SIGSTOP) };
+    trio.restart(wiped);
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let wiped_status = status_of(&trio.nodes[&wiped]).await.unwrap();
+    let other_status = status_of(&trio.nodes[&other]).await.unwrap();
+    unsafe { libc::kill(trio.nodes[&leader].pid(), libc::SIGCONT) };
+    assert!(wiped_status.rejoining, "{wiped_status:?}");
+    assert_ne!(wiped_status.role, "leader", "{wiped_status:?}");
+    assert_ne!(other_status.role, "leader", "{other_status:?}");
+
+    // With the leader back, it catches up, and votes again.
+    trio.all_vote(WAIT).await;
+    let replayed = replay_text(&trio.nodes[&wiped].recorder().await, b"voted")
+        .await
+        .unwrap();
+    assert_eq!(replayed.text, tokens.concat());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_delete_and_resume_reach_across_nodes() {
     let trio = Trio::start(&[]);
     let ids: Vec<u64> = trio.nodes.keys().copied().collect();

@@ -26,6 +26,12 @@ pub(crate) fn status(status: &ClusterStatus, json: bool, out: &mut impl Write) -
         status.last_log_index,
         status.applied_index
     )?;
+    if status.rejoining {
+        writeln!(
+            out,
+            "rejoining: this node started with an empty log; it votes again once it has caught up"
+        )?;
+    }
     writeln!(
         out,
         "{:>4}  {:<24}  {:>10}  {:>8}  HEALTH",
@@ -71,6 +77,7 @@ fn status_json(status: &ClusterStatus) -> Value {
         "term": status.term,
         "last_log_index": status.last_log_index,
         "applied_index": status.applied_index,
+        "rejoining": status.rejoining,
         "nodes": nodes,
     })
 }

@@ -196,6 +196,11 @@ impl LogStore {
         })
     }
 
+    /// Whether the log holds nothing: no entry, none purged.
+    pub fn is_empty(&self) -> bool {
+        self.lock().last_log_id().is_none()
+    }
+
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         lock(&self.state)
     }

@@ -15,6 +15,7 @@
 //! - `machine`: the state machine, which applies committed entries to the store.
 //! - `node`: a node started: the log, the state machine, the network, the cluster formed,
 //!   the store's commits proposed.
+//! - `rejoin`: a node that found its log empty votes again only once it has caught up.
 //! - `status`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
 //! - `tls`: TLS between nodes, from the gRPC TLS settings.
 //! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
@@ -30,6 +31,7 @@ mod machine;
 mod network;
 mod node;
 mod produce;
+mod rejoin;
 mod service;
 mod settings;
 mod status;

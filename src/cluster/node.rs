@@ -16,9 +16,12 @@ use tokio_util::sync::CancellationToken;
 use super::log::LogStore;
 use super::machine::{AppliedState, Machine};
 use super::network::Network;
+use super::rejoin::Rejoin;
 use super::settings::ClusterConfig;
 use super::types::{NodeId, Proposal, Raft};
 use crate::error::{Error, Result};
+use crate::pb::cluster::AppliedAsked;
+use crate::pb::cluster::cluster_client::ClusterClient;
 use crate::recorder::Recorder;
 use crate::store::Replication;
 
@@ -27,9 +30,11 @@ use crate::store::Replication;
 const HEARTBEAT_MS: u64 = 100;
 const ELECTION_TIMEOUT_MIN_MS: u64 = 600;
 pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 1_200;
-/// How long a node with an empty log waits to hear from a leader before it forms the cluster
-/// itself: a node whose disk was wiped rejoins the cluster it was part of instead.
+/// How long a node with an empty log waits to hear from a leader before it asks the others
+/// whether the cluster is new (see [`Cluster::form`]).
 const JOIN_WAIT: Duration = Duration::from_millis(3 * ELECTION_TIMEOUT_MAX_MS);
+/// How long a node waits for another's answer to whether its log is empty.
+const ASK_WAIT: Duration = Duration::from_secs(1);
 /// How long a commit may wait for a majority before its producers are told there is none.
 const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -47,6 +52,8 @@ pub struct Cluster {
     /// The channel to the leader, kept while the same node leads: every call forwarded to
     /// it shares one connection.
     to_leader: Arc<std::sync::Mutex<Option<(NodeId, tonic::transport::Channel)>>>,
+    /// Whether this node, having found its log empty, has no vote yet.
+    pub(super) rejoin: Arc<Rejoin>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -67,7 +74,7 @@ pub struct Served {
 
 impl Cluster {
     /// Starts this node: opens its log under `data_dir`, serves the other nodes on
-    /// `listener`, forms the cluster if no leader is heard from and the log is empty, and
+    /// `listener`, joins or forms the cluster in the background (see [`Cluster::form`]), and
     /// sends `store`'s commits through the cluster from now on.
     ///
     /// Fails when the log cannot be opened or the network cannot be set up.
@@ -84,6 +91,12 @@ impl Cluster {
         let log = LogStore::open(&log_dir).map_err(|err| Error::Cluster {
             reason: format!("cannot open the log in {}: {err}", log_dir.display()),
         })?;
+        let rejoin = Rejoin::open(&log_dir, log.is_empty()).map_err(|err| Error::Cluster {
+            reason: format!(
+                "cannot mark the log in {} as rejoining: {err}",
+                log_dir.display()
+            ),
+        })?;
         let (applied_tx, applied) = tokio::sync::watch::channel(0);
         let machine = Machine::open(store.clone(), applied_tx)?;
         let raft_config = openraft::Config {
@@ -93,6 +106,8 @@ impl Cluster {
             election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
             // No snapshots: the log is kept whole (see `machine`).
             snapshot_policy: SnapshotPolicy::Never,
+            // A node rejoining with an empty log stands for election once it has caught up.
+            enable_elect: !rejoin.pending(),
             ..Default::default()
         }
         .validate()
@@ -113,6 +128,7 @@ impl Cluster {
             applied,
             http_face: Arc::default(),
             to_leader: Arc::default(),
+            rejoin: Arc::new(rejoin),
         };
         let server = tokio::spawn(super::service::serve(
             listener,
@@ -122,7 +138,7 @@ impl Cluster {
             super::tls::server(tls)?,
             stop.cancelled_owned(),
         ));
-        cluster.form().await?;
+        tokio::spawn(cluster.clone().join());
         store.replicate_through(Arc::new(Proposer {
             cluster: cluster.clone(),
             runtime: tokio::runtime::Handle::current(),
@@ -134,26 +150,48 @@ impl Cluster {
         Ok(Served { cluster, server })
     }
 
-    /// Forms the cluster with every configured voter, unless this node's log has entries or a
-    /// leader contacts it within [`JOIN_WAIT`] (it is rejoining a cluster already formed).
-    /// Every node of a new cluster forms it with the same voters, which is safe.
+    /// Forms the cluster or rejoins it, then gives this node its vote back once it has
+    /// caught up, if it started with an empty log.
+    async fn join(self) {
+        if let Err(err) = self.form().await {
+            tracing::error!(error = %err, "cannot form the cluster");
+            return;
+        }
+        self.vote_when_caught_up().await;
+    }
+
+    /// Forms the cluster with every configured voter when this node's log is empty, no leader
+    /// contacts it within [`JOIN_WAIT`], and a majority of the voters (this one included) have
+    /// empty logs too: the cluster is new. Every node of a new cluster forms it with the same
+    /// voters, which is safe. A node that hears from a leader, or of another node with a log,
+    /// is rejoining a cluster already formed, and waits to be sent the log.
     async fn form(&self) -> Result<()> {
         let initialized = self.raft.is_initialized().await.map_err(fatal)?;
         if initialized {
             return Ok(());
         }
         let mut metrics = self.raft.metrics();
-        let contacted = tokio::time::timeout(JOIN_WAIT, async {
-            while metrics.borrow().current_leader.is_none() {
-                if metrics.changed().await.is_err() {
-                    break;
+        loop {
+            let contacted = tokio::time::timeout(JOIN_WAIT, async {
+                while metrics.borrow().current_leader.is_none() {
+                    if metrics.changed().await.is_err() {
+                        break;
+                    }
                 }
+            })
+            .await;
+            if contacted.is_ok() {
+                return Ok(());
             }
-        })
-        .await;
-        if contacted.is_ok() {
-            return Ok(());
+            let empty = 1 + self.peers_with_empty_logs().await;
+            if empty > self.config.peers.len() / 2 {
+                break;
+            }
+            tracing::info!(
+                "no leader yet, and no majority of the voters with an empty log: waiting to rejoin the cluster"
+            );
         }
+        self.vote_again()?;
         let voters: BTreeMap<NodeId, BasicNode> = self
             .config
             .peers
@@ -168,6 +206,71 @@ impl Cluster {
             }
             Err(RaftError::Fatal(err)) => return Err(fatal(err)),
         }
+        Ok(())
+    }
+
+    /// How many of the other voters answer, within [`ASK_WAIT`], that their log is empty.
+    async fn peers_with_empty_logs(&self) -> usize {
+        let asks = self
+            .config
+            .peers
+            .iter()
+            .filter(|(id, _)| **id != self.config.node_id)
+            .map(|(_, address)| async move {
+                let endpoint = super::network::endpoint(address, self.tls.as_ref()).ok()?;
+                let asked = async {
+                    let channel = endpoint.connect().await.ok()?;
+                    let answer = ClusterClient::new(channel).applied(AppliedAsked {}).await;
+                    Some(answer.ok()?.into_inner().empty)
+                };
+                tokio::time::timeout(ASK_WAIT, asked).await.ok()?
+            });
+        futures::future::join_all(asks)
+            .await
+            .into_iter()
+            .filter(|empty| *empty == Some(true))
+            .count()
+    }
+
+    /// Whether this node's log holds nothing the cluster ever committed: no entry, or only
+    /// the founding membership, which is the same on every node.
+    pub(super) fn log_is_empty(&self) -> bool {
+        self.raft
+            .metrics()
+            .borrow()
+            .last_log_index
+            .is_none_or(|index| index == 0)
+    }
+
+    /// Waits until a node that started with an empty log has caught up, then lets it vote
+    /// and stand for election again.
+    async fn vote_when_caught_up(&self) {
+        let mut metrics = self.raft.metrics();
+        while self.rejoin.pending() {
+            if self.rejoin.caught_up(&metrics.borrow_and_update()) {
+                match self.vote_again() {
+                    Ok(()) => tracing::info!("caught up with the cluster: this node votes again"),
+                    Err(err) => {
+                        tracing::error!(error = %err, "caught up, but still without a vote")
+                    }
+                }
+                return;
+            }
+            // The first commit index heard comes with no change to the metrics: look again
+            // after a while too.
+            let changed = tokio::time::timeout(Duration::from_millis(200), metrics.changed());
+            if let Ok(Err(_)) = changed.await {
+                return;
+            }
+        }
+    }
+
+    /// Ends this node's rejoin: it votes and stands for election from now on.
+    fn vote_again(&self) -> Result<()> {
+        self.rejoin.finish().map_err(|err| Error::Cluster {
+            reason: format!("cannot clear the rejoin mark: {err}"),
+        })?;
+        self.raft.runtime_config().elect(true);
         Ok(())
     }
 

@@ -19,11 +19,13 @@ use crate::pb::cluster::{
 };
 use crate::recorder::Recorder;
 
-use super::types::Raft;
+use super::types::{NodeId, Raft, TypeConfig};
 use super::wire;
 use crate::error::{Error, Result};
 use crate::pb::cluster::Payload;
 use crate::pb::cluster::cluster_server::{Cluster, ClusterServer};
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 
 /// The addresses the peers connect from.
 pub(crate) type Allowed = BTreeSet<IpAddr>;
@@ -81,7 +83,11 @@ impl Cluster for Service {
         request: Request<Payload>,
     ) -> std::result::Result<Response<Payload>, Status> {
         self.check(&request)?;
-        relay(request, |rpc| self.raft.append_entries(rpc)).await
+        relay(request, |rpc: AppendEntriesRequest<TypeConfig>| {
+            self.cluster.rejoin.heard(rpc.leader_commit);
+            self.raft.append_entries(rpc)
+        })
+        .await
     }
 
     async fn vote(
@@ -89,6 +95,20 @@ impl Cluster for Service {
         request: Request<Payload>,
     ) -> std::result::Result<Response<Payload>, Status> {
         self.check(&request)?;
+        if self.cluster.rejoin.pending() {
+            // Rejoining with a log that was lost: this node's vote could elect a leader that
+            // lacks acknowledged entries (see `rejoin`).
+            return relay(request, |rpc: VoteRequest<NodeId>| async move {
+                tracing::debug!(candidate = %rpc.vote, "refused a vote: still catching up after starting with an empty log");
+                let vote = self.raft.metrics().borrow().vote;
+                Ok::<_, RaftError<NodeId>>(VoteResponse {
+                    vote,
+                    vote_granted: false,
+                    last_log_id: None,
+                })
+            })
+            .await;
+        }
         relay(request, |rpc| self.raft.vote(rpc)).await
     }
 
@@ -140,7 +160,8 @@ impl Cluster for Service {
     ) -> std::result::Result<Response<AppliedIndex>, Status> {
         self.check(&request)?;
         let index = self.cluster.applied_index();
-        Ok(Response::new(AppliedIndex { index }))
+        let empty = self.cluster.log_is_empty();
+        Ok(Response::new(AppliedIndex { index, empty }))
     }
 
     type ProduceStream = ProducingStream;

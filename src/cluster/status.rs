@@ -26,6 +26,8 @@ pub struct ClusterStatus {
     pub applied_index: u64,
     /// Every voter, by id.
     pub nodes: Vec<NodeProgress>,
+    /// Whether it started with an empty log and has not caught up yet (it has no vote).
+    pub rejoining: bool,
 }
 
 /// A voter, as the answering node knows it.
@@ -89,6 +91,7 @@ impl Cluster {
             last_log_index,
             applied_index: metrics.last_applied.map_or(0, |id| id.index),
             nodes,
+            rejoining: self.rejoin.pending(),
         }
     }
 

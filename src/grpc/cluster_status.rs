@@ -42,6 +42,7 @@ impl cluster_server::Cluster for ClusterService {
             role: status.role.to_string(),
             last_log_index: status.last_log_index,
             applied_index: status.applied_index,
+            rejoining: status.rejoining,
             nodes: status
                 .nodes
                 .into_iter()

@@ -123,7 +123,31 @@ impl Trio {
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
-                "no node led within {WAIT:?}"
+                "no node led within {WAIT:?}; the nodes' last words:\n{}",
+                self.last_lines(12)
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Waits until no running node is rejoining (each has its vote), within `wait`: a node
+    /// that lost its disk must be caught up before another may lose its own.
+    pub(crate) async fn all_vote(&self, wait: Duration) {
+        let deadline = tokio::time::Instant::now() + wait;
+        loop {
+            let mut rejoining = Vec::new();
+            for (id, node) in &self.nodes {
+                if !status_of(node).await.is_ok_and(|status| !status.rejoining) {
+                    rejoining.push(*id);
+                }
+            }
+            if rejoining.is_empty() {
+                return;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "nodes {rejoining:?} still rejoining after {wait:?}; their last words:\n{}",
+                self.last_lines(12)
             );
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
@@ -159,6 +183,43 @@ impl Trio {
 }
 
 impl Trio {
+    /// The last `n` lines each node logged.
+    pub(crate) fn last_lines(&self, n: usize) -> String {
+        self.logs
+            .iter()
+            .flat_map(|(id, lines)| {
+                let lines = lines.lock().unwrap();
+                // The calls logged are mostly the test's own status polls.
+                let told: Vec<&String> = lines
+                    .iter()
+                    .filter(|line| !line.contains("tapedeck::grpc::telemetry"))
+                    .collect();
+                let from = told.len().saturating_sub(n);
+                told[from..]
+                    .iter()
+                    .map(|line| format!("node {id}: {line}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
+    /// The lines any node logged that contain `needle`.
+    pub(crate) fn lines_with(&self, needle: &str) -> String {
+        self.logs
+            .iter()
+            .flat_map(|(id, lines)| {
+                let lines = lines.lock().unwrap();
+                lines
+                    .iter()
+                    .filter(|line| line.contains(needle))
+                    .map(|line| format!("node {id}: {line}"))
+                    .collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+            .join("\n")
+    }
+
     /// The error lines the nodes `ids` logged.
     pub(crate) fn errors(&self, ids: impl Iterator<Item = u64>) -> String {
         ids.flat_map(|id| {

@@ -1,0 +1,142 @@
+//! A node that starts with an empty log (a wiped disk, or a new machine under a dead node's id)
+//! has no say in elections until it holds again everything the cluster had committed.
+//!
+//! Raft counts on every vote coming from a node that kept its log and its vote. A node that lost
+//! them could otherwise help elect a leader that lacks entries which were acknowledged when this
+//! node's lost copy made their majority, and the acknowledged bytes would be gone. So, from the
+//! moment it finds its log empty until it has caught up, the node neither grants votes nor stands
+//! for election. A marker file keeps that state across a restart in between. A brand-new
+//! cluster, where every log is empty, clears it when it forms (`Cluster::form`).
+use std::io;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use openraft::RaftMetrics;
+
+use super::types::NodeId;
+
+type LogId = openraft::LogId<NodeId>;
+
+/// The marker's file, in the log's directory.
+const MARKER: &str = "rejoining";
+
+/// Whether this node is still catching up after finding its log empty.
+#[derive(Debug)]
+pub(crate) struct Rejoin {
+    marker: PathBuf,
+    pending: AtomicBool,
+    /// The leader's commit index in the first append heard since this process started, once
+    /// heard: everything committed before is at or below it.
+    target: Mutex<Option<Option<LogId>>>,
+}
+
+impl Rejoin {
+    /// Opens the state kept in `dir`; a log that is `empty` is marked as rejoining (durably,
+    /// before anything is written to it).
+    ///
+    /// Fails when the marker cannot be read or written.
+    pub(crate) fn open(dir: &Path, empty: bool) -> io::Result<Rejoin> {
+        let marker = dir.join(MARKER);
+        if empty && !marker.exists() {
+            std::fs::File::create(&marker)?.sync_all()?;
+            super::log_file::sync_dir(&marker)?;
+        }
+        Ok(Rejoin {
+            pending: AtomicBool::new(marker.exists()),
+            marker,
+            target: Mutex::new(None),
+        })
+    }
+
+    /// Whether this node must not vote or stand for election yet.
+    pub(crate) fn pending(&self) -> bool {
+        self.pending.load(Ordering::Acquire)
+    }
+
+    /// Notes a leader's commit index from an append, if it is the first heard.
+    pub(crate) fn heard(&self, leader_commit: Option<LogId>) {
+        if self.pending() {
+            let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
+            target.get_or_insert(leader_commit);
+        }
+    }
+
+    /// Whether this node holds everything the cluster had committed: it has applied the first
+    /// commit index it heard of, and an entry of the current leader's term (which follows every
+    /// entry that leader was elected with).
+    pub(crate) fn caught_up(&self, metrics: &RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
+        let target = *self.target.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(target) = target else {
+            return false;
+        };
+        metrics.last_applied >= target
+            && metrics
+                .last_applied
+                .is_some_and(|applied| applied.leader_id.get_term() == metrics.current_term)
+    }
+
+    /// Ends the rejoin: this node votes again from now on, also after a restart.
+    ///
+    /// Fails when the marker cannot be removed; the node then stays without a vote.
+    pub(crate) fn finish(&self) -> io::Result<()> {
+        match std::fs::remove_file(&self.marker) {
+            Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
+            _ => {}
+        }
+        super::log_file::sync_dir(&self.marker)?;
+        self.pending.store(false, Ordering::Release);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use openraft::CommittedLeaderId;
+
+    fn log_id(term: u64, index: u64) -> LogId {
+        LogId::new(CommittedLeaderId::new(term, 1), index)
+    }
+
+    fn metrics(term: u64, applied: Option<LogId>) -> RaftMetrics<NodeId, openraft::BasicNode> {
+        let mut metrics = RaftMetrics::new_initial(2);
+        metrics.current_term = term;
+        metrics.last_applied = applied;
+        metrics
+    }
+
+    #[test]
+    fn an_empty_log_is_marked_and_the_mark_survives_a_restart_until_finished() {
+        let dir = tempfile::tempdir().unwrap();
+        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        assert!(rejoin.pending());
+        // A restart with a log partly caught up still has no vote.
+        assert!(Rejoin::open(dir.path(), false).unwrap().pending());
+        rejoin.finish().unwrap();
+        assert!(!rejoin.pending());
+        assert!(!Rejoin::open(dir.path(), false).unwrap().pending());
+    }
+
+    #[test]
+    fn a_log_with_entries_and_no_mark_votes_at_once() {
+        let dir = tempfile::tempdir().unwrap();
+        assert!(!Rejoin::open(dir.path(), false).unwrap().pending());
+    }
+
+    #[test]
+    fn caught_up_needs_the_first_commit_heard_and_an_entry_of_the_current_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        // Nothing heard from a leader yet.
+        assert!(!rejoin.caught_up(&metrics(3, Some(log_id(3, 50)))));
+        rejoin.heard(Some(log_id(3, 100)));
+        // A later, lower commit index does not replace the first.
+        rejoin.heard(Some(log_id(3, 10)));
+        assert!(!rejoin.caught_up(&metrics(3, Some(log_id(3, 99)))));
+        assert!(rejoin.caught_up(&metrics(3, Some(log_id(3, 100)))));
+        // Past the index, but nothing of the leader's term applied yet.
+        assert!(!rejoin.caught_up(&metrics(4, Some(log_id(3, 120)))));
+        assert!(rejoin.caught_up(&metrics(4, Some(log_id(4, 121)))));
+    }
+}
