@@ -54,6 +54,9 @@ pub struct Cluster {
     to_leader: Arc<std::sync::Mutex<Option<(NodeId, tonic::transport::Channel)>>>,
     /// Whether this node, having found its log empty, has no vote yet.
     pub(super) rejoin: Arc<Rejoin>,
+    /// Whether this node leads and has applied everything the leaders before it committed:
+    /// only then are its commits decided on the cluster's state (see `on_each_lead`).
+    ready_to_lead: Arc<std::sync::atomic::AtomicBool>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -129,6 +132,7 @@ impl Cluster {
             http_face: Arc::default(),
             to_leader: Arc::default(),
             rejoin: Arc::new(rejoin),
+            ready_to_lead: Arc::default(),
         };
         let server = tokio::spawn(super::service::serve(
             listener,
@@ -247,6 +251,11 @@ impl Cluster {
     async fn vote_when_caught_up(&self) {
         let mut metrics = self.raft.metrics();
         while self.rejoin.pending() {
+            if self.rejoin.must_ask()
+                && let Some(index) = self.leader_last_log_index().await
+            {
+                self.rejoin.leader_log_ends_at(index);
+            }
             if self.rejoin.caught_up(&metrics.borrow_and_update()) {
                 match self.vote_again() {
                     Ok(()) => tracing::info!("caught up with the cluster: this node votes again"),
@@ -265,6 +274,16 @@ impl Cluster {
         }
     }
 
+    /// The last index of the leader's log, if a leader is known and answers within
+    /// [`ASK_WAIT`].
+    async fn leader_last_log_index(&self) -> Option<u64> {
+        let channel = self.leader_channel().await?;
+        let mut client = ClusterClient::new(channel);
+        let asked = client.applied(AppliedAsked {});
+        let answer = tokio::time::timeout(ASK_WAIT, asked).await.ok()?.ok()?;
+        Some(answer.into_inner().last_log_index)
+    }
+
     /// Ends this node's rejoin: it votes and stands for election from now on.
     fn vote_again(&self) -> Result<()> {
         self.rejoin.finish().map_err(|err| Error::Cluster {
@@ -272,6 +291,17 @@ impl Cluster {
         })?;
         self.raft.runtime_config().elect(true);
         Ok(())
+    }
+
+    /// Whether this node leads and has applied everything committed before it came to.
+    fn ready_to_lead(&self) -> bool {
+        self.ready_to_lead
+            .load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    fn set_ready_to_lead(&self, ready: bool) {
+        self.ready_to_lead
+            .store(ready, std::sync::atomic::Ordering::Release);
     }
 
     /// The Raft handle, for status and tests.
@@ -333,19 +363,30 @@ impl Cluster {
         let mut metrics = self.raft.metrics();
         let mut leading_term = None;
         let mut was_leading = false;
+        // The last log index when this node came to lead in the current term: once it has
+        // applied that far, it has applied everything the leaders before it committed (its
+        // own blank entry, after them, included).
+        let mut took_over_at: Option<(u64, u64)> = None;
         loop {
             let (term, leads, ready) = {
                 let m = metrics.borrow_and_update();
                 let leads = m.current_leader == Some(self.config.node_id)
                     && m.state == openraft::ServerState::Leader;
-                // Once an entry of its own term is applied (its first, blank one), so is
-                // everything the leaders before it committed.
-                let ready = m
-                    .last_applied
-                    .is_some_and(|id| id.leader_id.get_term() == m.current_term);
+                if !leads {
+                    took_over_at = None;
+                } else if took_over_at.is_none_or(|(term, _)| term != m.current_term) {
+                    took_over_at = Some((m.current_term, m.last_log_index.unwrap_or(0)));
+                }
+                // Not "an entry of this term is applied": a leader restarted into the same
+                // term has entries of it from before, far from the end of its log.
+                let applied = m.last_applied.map(|id| id.index);
+                let ready = took_over_at.is_some_and(|(_, index)| applied >= Some(index));
                 (m.current_term, leads, ready)
             };
             was_leading |= leads;
+            if !(leads && ready) {
+                self.set_ready_to_lead(false);
+            }
             if !leads {
                 leading_term = None;
                 if std::mem::take(&mut was_leading) {
@@ -355,6 +396,9 @@ impl Cluster {
             } else if ready && leading_term != Some(term) {
                 leading_term = Some(term);
                 tracing::info!(term, "this node leads the cluster");
+                // Its commits are decided on the cluster's state from now on; the adoption
+                // itself commits (open streams are taken over).
+                self.set_ready_to_lead(true);
                 adopt().await;
             }
             tokio::select! {
@@ -399,7 +443,9 @@ struct Proposer {
 
 impl Replication for Proposer {
     fn propose(&self, changes: Vec<u8>, checkpoint: bool, seen: Option<Vec<u8>>) -> Result<()> {
-        if self.cut_off() {
+        // Decided on a state behind the cluster's (a leader still applying what the leaders
+        // before it committed), a commit would be skipped at best.
+        if self.cut_off() || !self.cluster.ready_to_lead() {
             return Err(self.cluster.no_quorum());
         }
         let base = match seen {
@@ -435,7 +481,7 @@ impl Replication for Proposer {
     }
 
     fn leads(&self) -> bool {
-        if self.cut_off() {
+        if self.cut_off() || !self.cluster.ready_to_lead() {
             return false;
         }
         let metrics = self.cluster.raft.metrics();

@@ -26,9 +26,17 @@ const MARKER: &str = "rejoining";
 pub(crate) struct Rejoin {
     marker: PathBuf,
     pending: AtomicBool,
-    /// The leader's commit index in the first append heard since this process started, once
-    /// heard: everything committed before is at or below it.
-    target: Mutex<Option<Option<LogId>>>,
+    /// How far this node must apply before it votes again.
+    target: Mutex<Target>,
+}
+
+/// What a rejoining node has learnt of how far the cluster's log goes.
+#[derive(Debug, Default)]
+struct Target {
+    /// The leader's commit index in the first append heard since this process started.
+    heard: Option<Option<LogId>>,
+    /// The last index of the leader's log, as the leader answered when asked.
+    leader_log: Option<u64>,
 }
 
 impl Rejoin {
@@ -45,7 +53,7 @@ impl Rejoin {
         Ok(Rejoin {
             pending: AtomicBool::new(marker.exists()),
             marker,
-            target: Mutex::new(None),
+            target: Mutex::default(),
         })
     }
 
@@ -57,23 +65,38 @@ impl Rejoin {
     /// Notes a leader's commit index from an append, if it is the first heard.
     pub(crate) fn heard(&self, leader_commit: Option<LogId>) {
         if self.pending() {
-            let mut target = self.target.lock().unwrap_or_else(|e| e.into_inner());
-            target.get_or_insert(leader_commit);
+            self.lock().heard.get_or_insert(leader_commit);
         }
     }
 
+    /// Whether the leader's last log index is still to be asked for.
+    pub(crate) fn must_ask(&self) -> bool {
+        self.lock().leader_log.is_none()
+    }
+
+    /// Notes the leader's last log index, as it answered.
+    pub(crate) fn leader_log_ends_at(&self, index: u64) {
+        self.lock().leader_log.get_or_insert(index);
+    }
+
     /// Whether this node holds everything the cluster had committed: it has applied the first
-    /// commit index it heard of, and an entry of the current leader's term (which follows every
-    /// entry that leader was elected with).
+    /// commit index it heard of and the leader's whole log as the leader first told it (every
+    /// committed entry is in it, even when the leader itself has not applied them all yet,
+    /// after a restart), and an entry of the current leader's term.
     pub(crate) fn caught_up(&self, metrics: &RaftMetrics<NodeId, openraft::BasicNode>) -> bool {
-        let target = *self.target.lock().unwrap_or_else(|e| e.into_inner());
-        let Some(target) = target else {
+        let target = self.lock();
+        let (Some(heard), Some(leader_log)) = (target.heard, target.leader_log) else {
             return false;
         };
-        metrics.last_applied >= target
-            && metrics
-                .last_applied
-                .is_some_and(|applied| applied.leader_id.get_term() == metrics.current_term)
+        let applied = metrics.last_applied;
+        applied >= heard
+            && applied.is_some_and(|applied| {
+                applied.index >= leader_log && applied.leader_id.get_term() == metrics.current_term
+            })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Target> {
+        self.target.lock().unwrap_or_else(|e| e.into_inner())
     }
 
     /// Ends the rejoin: this node votes again from now on, also after a restart.
@@ -133,10 +156,24 @@ mod tests {
         rejoin.heard(Some(log_id(3, 100)));
         // A later, lower commit index does not replace the first.
         rejoin.heard(Some(log_id(3, 10)));
+        // Not asked the leader yet.
+        assert!(!rejoin.caught_up(&metrics(3, Some(log_id(3, 100)))));
+        rejoin.leader_log_ends_at(100);
         assert!(!rejoin.caught_up(&metrics(3, Some(log_id(3, 99)))));
         assert!(rejoin.caught_up(&metrics(3, Some(log_id(3, 100)))));
         // Past the index, but nothing of the leader's term applied yet.
         assert!(!rejoin.caught_up(&metrics(4, Some(log_id(3, 120)))));
         assert!(rejoin.caught_up(&metrics(4, Some(log_id(4, 121)))));
+    }
+
+    #[test]
+    fn caught_up_needs_the_leaders_whole_log_even_past_its_commit_index() {
+        let dir = tempfile::tempdir().unwrap();
+        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        // A leader restarted into its term: its commit index is behind its log.
+        rejoin.heard(Some(log_id(5, 10)));
+        rejoin.leader_log_ends_at(200);
+        assert!(!rejoin.caught_up(&metrics(5, Some(log_id(5, 150)))));
+        assert!(rejoin.caught_up(&metrics(5, Some(log_id(5, 200)))));
     }
 }

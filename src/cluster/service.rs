@@ -161,7 +161,12 @@ impl Cluster for Service {
         self.check(&request)?;
         let index = self.cluster.applied_index();
         let empty = self.cluster.log_is_empty();
-        Ok(Response::new(AppliedIndex { index, empty }))
+        let last_log_index = self.raft.metrics().borrow().last_log_index.unwrap_or(0);
+        Ok(Response::new(AppliedIndex {
+            index,
+            empty,
+            last_log_index,
+        }))
     }
 
     type ProduceStream = ProducingStream;

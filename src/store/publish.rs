@@ -130,8 +130,13 @@ impl Writer {
     }
 
     /// Best effort: stores the `failed` status of recordings whose commit failed.
+    ///
+    /// Not on a node of a cluster: there a commit that failed may still be applied later (a
+    /// proposal that timed out), or was decided on a state this node had not caught up with,
+    /// so the progress it knows is no ground to end a recording on. The recordings stay
+    /// `recording`: their producers resume them, or the next leader adopts them.
     fn record_failures(&self, lives: &[Live], message: &str) -> Result<()> {
-        if lives.is_empty() {
+        if lives.is_empty() || self.db.replicated.is_some() {
             return Ok(());
         }
         let txn = self.begin_write()?;

@@ -243,3 +243,18 @@ pub(crate) async fn status_of(
     let client = tapedeck::client::Client::connect(config).await?;
     client.cluster_status().await
 }
+
+/// With `TAPEDECK_TEST_LOGS=DIR`, every node's log is kept in `DIR/node-N.log` when the trio
+/// goes, to read after a failed run.
+impl Drop for Trio {
+    fn drop(&mut self) {
+        let Ok(dir) = std::env::var("TAPEDECK_TEST_LOGS") else {
+            return;
+        };
+        let _ = std::fs::create_dir_all(&dir);
+        for (id, lines) in &self.logs {
+            let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = std::fs::write(format!("{dir}/node-{id}.log"), lines.join("\n"));
+        }
+    }
+}
