@@ -38,9 +38,11 @@ impl Cluster {
         let _ = self.http_face.set(face);
     }
 
-    /// Whether this node leads the cluster now, and so writes streams itself.
+    /// Whether this node leads the cluster now, ready to write (see `on_each_lead`), and so
+    /// writes streams itself.
     pub fn leads(&self) -> bool {
         self.raft.metrics().borrow().current_leader == Some(self.config.node_id)
+            && self.ready_to_lead()
     }
 
     /// Runs an HTTP write on the leader's face and returns its answer, once this node has
@@ -62,6 +64,19 @@ impl Cluster {
             .into_inner();
         self.wait_applied(answered.applied).await;
         answer(answered)
+    }
+
+    /// Waits, up to [`LEADER_WAIT`], while this node leads but is still applying what the
+    /// leaders before it committed: a write forwarded to it then is answered once it can be
+    /// made on the cluster's state.
+    pub(super) async fn until_ready_if_leading(&self) {
+        let deadline = tokio::time::Instant::now() + LEADER_WAIT;
+        while self.raft.metrics().borrow().current_leader == Some(self.config.node_id)
+            && !self.ready_to_lead()
+            && tokio::time::Instant::now() < deadline
+        {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
     }
 
     /// A channel to the leader, looking for one up to [`LEADER_WAIT`]. Nothing has been

@@ -294,7 +294,7 @@ impl Cluster {
     }
 
     /// Whether this node leads and has applied everything committed before it came to.
-    fn ready_to_lead(&self) -> bool {
+    pub(super) fn ready_to_lead(&self) -> bool {
         self.ready_to_lead
             .load(std::sync::atomic::Ordering::Acquire)
     }
@@ -319,9 +319,14 @@ impl Cluster {
         *self.applied.borrow()
     }
 
-    /// A channel to the leader's cluster port, if a leader is known and can be reached.
+    /// A channel to the leader's cluster port, if a leader is known, ready to write, and can
+    /// be reached. (This node, while it leads but is still applying what the leaders before
+    /// it committed, is no leader to send work to yet.)
     pub(super) async fn leader_channel(&self) -> Option<tonic::transport::Channel> {
         let leader = self.raft.metrics().borrow().current_leader?;
+        if leader == self.config.node_id && !self.ready_to_lead() {
+            return None;
+        }
         let kept = self.kept_leader_channel();
         if let Some((id, channel)) = kept
             && id == leader

@@ -145,6 +145,7 @@ impl Cluster for Service {
         request: Request<HttpAsked>,
     ) -> std::result::Result<Response<HttpAnswered>, Status> {
         self.check(&request)?;
+        self.cluster.until_ready_if_leading().await;
         let answered = super::http_writes::answer_here(
             &self.cluster.http_face,
             &self.cluster.applied,
