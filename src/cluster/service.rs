@@ -5,6 +5,8 @@ use std::collections::BTreeSet;
 use std::future::Future;
 use std::net::IpAddr;
 
+use openraft::error::RaftError;
+use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
@@ -24,8 +26,6 @@ use super::wire;
 use crate::error::{Error, Result};
 use crate::pb::cluster::Payload;
 use crate::pb::cluster::cluster_server::{Cluster, ClusterServer};
-use openraft::error::RaftError;
-use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 
 /// The addresses the peers connect from.
 pub(crate) type Allowed = BTreeSet<IpAddr>;
