@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::trio::{Trio, status_of};
-use common::{WAIT, record_all, replay_text};
+use common::{Recording, WAIT, record_all, replay_text};
 use tonic::Code;
 
 fn tokens(n: usize, tag: &str) -> Vec<String> {
@@ -295,6 +295,35 @@ async fn a_node_whose_disk_was_wiped_rejoins_and_catches_up() {
             }
             other => panic!("the wiped node did not catch up: {other:?}"),
         }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_stopped_and_started_again_keeps_every_chunk() {
+    let mut trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let tokens = tokens(300, "s");
+    // Still live as the follower stops: its chunks are applied but not yet folded into the
+    // file, on every node.
+    let recording = Recording::open(&trio.nodes[&leader].recorder().await, b"stopped").await;
+    for token in &tokens {
+        recording.send(token).await;
+    }
+    // The tokens committed (no ack tells when), then applied on every node.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    trio.converged(WAIT).await;
+    trio.stop(follower).await;
+    trio.restart(follower);
+    trio.all_vote(WAIT).await;
+    let answer = recording.complete().await.unwrap();
+    assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32);
+    trio.converged(WAIT).await;
+    for (id, node) in &trio.nodes {
+        let replayed = replay_text(&node.recorder().await, b"stopped")
+            .await
+            .unwrap_or_else(|err| panic!("node {id}: {err}"));
+        assert_eq!(replayed.text, tokens.concat(), "node {id}");
     }
 }
 

@@ -32,6 +32,7 @@ mod batch;
 mod database;
 mod disk;
 mod journal;
+mod kept_unfolded;
 mod listing;
 mod live;
 pub mod offline;
@@ -133,10 +134,21 @@ impl Store {
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
         let opened = recovery::open(path, options.cache_bytes)?;
-        let recovered = opened.live;
+        let mut recovered = opened.live;
         let db = DbHandle::new(path, opened.db, opened.last_lsn, &options)?;
         let db = Arc::new(db);
         let journal = Arc::new(JournalIndex::default());
+        if options.replicated {
+            // A node of a cluster keeps its unfolded chunks in the file (see `kept_unfolded`);
+            // its live recordings' progress counts them.
+            let kept = db.read(kept_unfolded::kept)?;
+            journal.apply_with(|unfolded| {
+                *unfolded = kept;
+                Ok(())
+            })?;
+            let mut views = journal.newest();
+            recovered = db.read(|txn| recovery::live_recordings(txn, &mut views))?;
+        }
         let (ops, receiver) = mpsc::channel(OP_QUEUE_DEPTH);
         let settings = WriterSettings {
             retention_ms,
@@ -292,6 +304,16 @@ impl Store {
         let _ = self.inner.ops.send(Op::Close.into()).await;
         if let Some(handle) = handle {
             let _ = tokio::task::spawn_blocking(move || handle.join()).await;
+        }
+        if self.is_replicated() {
+            let store = self.clone();
+            match tokio::task::spawn_blocking(move || store.keep_unfolded()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(err)) => {
+                    tracing::error!(error = %err, "could not keep the unfolded chunks; the next start refuses the file");
+                }
+                Err(err) => tracing::error!(error = %err, "could not keep the unfolded chunks"),
+            }
         }
         let db = self.inner.db.clone();
         let closed = tokio::task::spawn_blocking(move || db.close()).await;

@@ -16,14 +16,15 @@ use std::sync::{Arc, OnceLock};
 use redb::{Durability, ReadableTable, TableDefinition, WriteTransaction};
 
 use super::Store;
+use super::kept_unfolded;
 use super::schema::optional_table;
 use super::wal;
 use crate::error::{Error, Result};
 
 /// The cluster's state as the last applied entry left it, under [`APPLIED_KEY`]: opaque to
 /// the store (the cluster module encodes it).
-const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
-const APPLIED_KEY: &str = "applied";
+pub(crate) const CLUSTER: TableDefinition<&str, &[u8]> = TableDefinition::new("cluster");
+pub(crate) const APPLIED_KEY: &str = "applied";
 
 /// Where the writer's commits go on a node of a cluster.
 pub trait Replication: Send + Sync + 'static {
@@ -132,14 +133,15 @@ impl Store {
         checkpoint: bool,
         state: &[u8],
     ) -> Result<()> {
-        let db = &self.inner.db;
+        // The write transaction before the index: the writer holds its own transaction while
+        // it looks at the index, so the other order could wait on it for ever.
+        let mut txn = self.inner.db.begin_write()?;
         // Readers take a view of the unfolded chunks before their read transaction; holding the
         // index until the commit keeps every view either before this entry or after it.
         let applied = self
             .inner
             .journal
             .apply_with(|unfolded: &mut HashMap<_, _>| {
-                let mut txn = db.begin_write()?;
                 if let Some(changes) = changes {
                     wal::apply_changes(&txn, changes, unfolded)?;
                 }
@@ -147,19 +149,31 @@ impl Store {
                     let mut table = txn.open_table(CLUSTER).map_err(Error::storage)?;
                     table.insert(APPLIED_KEY, state).map_err(Error::storage)?;
                 }
-                let durability = if checkpoint {
-                    txn.set_quick_repair(true);
-                    Durability::Immediate
+                if checkpoint {
+                    kept_unfolded::keep(&txn, unfolded)?;
+                    commit_durably(txn)
                 } else {
-                    Durability::None
-                };
-                txn.set_durability(durability).map_err(Error::storage)?;
-                txn.commit().map_err(Error::storage)
+                    txn.set_durability(Durability::None)
+                        .map_err(Error::storage)?;
+                    txn.commit().map_err(Error::storage)
+                }
             });
         if applied.is_ok() {
             self.inner.applied.send_modify(|count| *count += 1);
         }
         applied
+    }
+
+    /// Keeps the unfolded chunks in the file, in a durable commit: the next start finds them
+    /// there (see `kept_unfolded`). For a stop, once no entry is applied any more. Blocking.
+    ///
+    /// Fails with a storage error.
+    pub(crate) fn keep_unfolded(&self) -> Result<()> {
+        let txn = self.inner.db.begin_write()?;
+        self.inner.journal.apply_with(|unfolded| {
+            kept_unfolded::keep(&txn, unfolded)?;
+            commit_durably(txn)
+        })
     }
 
     /// What the cluster kept of the last entry applied here (see
@@ -175,6 +189,14 @@ impl Store {
             Ok(state.map(|state| state.value().to_vec()))
         })
     }
+}
+
+/// Commits `txn` durably, with quick repair (reopening the file after a crash is then quick).
+pub(super) fn commit_durably(mut txn: WriteTransaction) -> Result<()> {
+    txn.set_quick_repair(true);
+    txn.set_durability(Durability::Immediate)
+        .map_err(Error::storage)?;
+    txn.commit().map_err(Error::storage)
 }
 
 /// What the cluster kept of the last entry applied, as `txn` sees it.

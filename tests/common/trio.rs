@@ -103,6 +103,12 @@ impl Trio {
         self.nodes.remove(&id).unwrap().kill();
     }
 
+    /// Stops node `id` as an operator would (SIGTERM), and waits for it to exit.
+    pub(crate) async fn stop(&mut self, id: u64) {
+        let status = self.nodes.remove(&id).unwrap().terminate().await;
+        assert!(status.success(), "node {id} stopped with {status}");
+    }
+
     /// Empties node `id`'s data dir (it must be stopped): its disk is lost.
     pub(crate) fn wipe(&self, id: u64) {
         let dir = self.dirs[(id - 1) as usize].path();

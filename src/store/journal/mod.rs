@@ -36,7 +36,7 @@ pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [
 
 /// A run of one recording's consecutive chunk values (each as its layout encodes it), back to
 /// back in one buffer.
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub(crate) struct Run {
     /// Which of the conversation's recordings the chunks belong to.
     generation: u64,
