@@ -396,6 +396,15 @@ pub enum Error {
     /// One failure, shared by every operation it failed (all the ops of a failed commit).
     #[error(transparent)]
     Shared(Arc<Error>),
+    /// A snapshot of a node's state could not be written, or read back (installed).
+    #[error("a snapshot of the cluster's state could not be {action}: {source}")]
+    Snapshot {
+        /// "written" or "read".
+        action: &'static str,
+        /// What failed, or why the bytes are not a snapshot.
+        #[source]
+        source: std::io::Error,
+    },
     /// The commit pipeline's thread could not be started.
     #[error("cannot start the commit pipeline thread: {0}")]
     WriterThread(#[source] std::io::Error),

@@ -328,6 +328,51 @@ async fn a_node_stopped_and_started_again_keeps_every_chunk() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wiped_node_behind_the_purged_log_catches_up_from_a_snapshot() {
+    // A snapshot every 10 entries, and 10 kept before it: the log's start moves on quickly.
+    let mut trio = Trio::start(&["--cluster-snapshot-every", "10"]);
+    let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let recorder = trio.nodes[&leader].recorder().await;
+    // Live throughout: its chunks travel unfolded, in the snapshot.
+    let live = Recording::open(&recorder, b"in-flight").await;
+    let live_tokens = tokens(50, "l");
+    for token in &live_tokens {
+        live.send(token).await;
+    }
+    let ended_tokens = tokens(20, "e");
+    let refs: Vec<&str> = ended_tokens.iter().map(String::as_str).collect();
+    for n in 0..40 {
+        record_all(&recorder, format!("ended-{n}").as_bytes(), &refs).await;
+    }
+    trio.kill(follower);
+    trio.wipe(follower);
+    trio.restart(follower);
+    trio.all_vote(WAIT).await;
+    assert!(
+        !trio.lines_with("installed a snapshot").is_empty(),
+        "the wiped node was not sent a snapshot; its last words:\n{}",
+        trio.last_lines(20)
+    );
+    let answer = live.complete().await.unwrap();
+    assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32);
+    trio.converged(WAIT).await;
+    for (id, node) in &trio.nodes {
+        let client = node.recorder().await;
+        let replayed = replay_text(&client, b"in-flight")
+            .await
+            .unwrap_or_else(|err| panic!("node {id}: {err}"));
+        assert_eq!(replayed.text, live_tokens.concat(), "node {id}");
+        for n in [0, 17, 39] {
+            let replayed = replay_text(&client, format!("ended-{n}").as_bytes())
+                .await
+                .unwrap_or_else(|err| panic!("node {id}: {err}"));
+            assert_eq!(replayed.text, ended_tokens.concat(), "node {id}, ended-{n}");
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_wiped_node_gives_no_vote_until_it_has_caught_up() {
     let mut trio = Trio::start(&[]);
     let leader = trio.leader().await;

@@ -136,7 +136,8 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
     eprintln!("torture: {cycles} cycles, seed {seed}");
     let mut dice = Dice(seed);
     // Recordings whose producers were cut off by a kill end soon, detached or idle, so that
-    // every one settles.
+    // every one settles. Snapshots are frequent: nodes restart past a purged log start, and
+    // a wiped one is sent a snapshot as often as not.
     let mut trio = Trio::start(&[
         "--producer-grace",
         "2s",
@@ -144,6 +145,8 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         "3s",
         "--gc-interval",
         "1s",
+        "--cluster-snapshot-every",
+        "200",
     ]);
     trio.leader().await;
     let targets: Vec<SocketAddr> = trio.grpc.values().copied().collect();

@@ -164,6 +164,11 @@ pub(crate) struct ServeArgs {
     /// (3 or 5 voters). The same on every node.
     #[arg(long, env = "TAPEDECK_CLUSTER_PEERS", requires = "node_id")]
     pub(super) cluster_peers: Option<String>,
+    /// Entries applied between two snapshots of a node's state; the log keeps as many before
+    /// the last one. Default 50000.
+    #[arg(long, env = "TAPEDECK_CLUSTER_SNAPSHOT_EVERY", requires = "node_id",
+          value_parser = clap::value_parser!(u64).range(1..))]
+    pub(super) cluster_snapshot_every: Option<u64>,
     /// PEM certificate chain: serve gRPC over TLS (with --tls-key).
     #[arg(long, env = "TAPEDECK_TLS_CERT", requires = "tls_key")]
     pub(super) tls_cert: Option<PathBuf>,

@@ -44,9 +44,13 @@ impl ServeArgs {
             tapedeck::tier::Tier::check_url(url).map_err(|err| err.to_string())?;
         }
         let cluster = match (self.node_id, self.cluster_listen, &self.cluster_peers) {
-            (Some(node_id), Some(listen), Some(peers)) => Some(
-                tapedeck::cluster::ClusterConfig::new(node_id, listen, peers)?,
-            ),
+            (Some(node_id), Some(listen), Some(peers)) => {
+                let mut config = tapedeck::cluster::ClusterConfig::new(node_id, listen, peers)?;
+                if let Some(every) = self.cluster_snapshot_every {
+                    config.snapshot_every = every;
+                }
+                Some(config)
+            }
             _ => None,
         };
         if self.retention > self.max_retention {

@@ -1,16 +1,19 @@
 //! The state machine: the store. A committed entry is applied by
 //! [`Store::apply_entry`](crate::store::Store::apply_entry), together with what the cluster
 //! keeps of it (the last applied log id, the last commit applied, the membership), so that the
-//! two can never disagree after a crash.
-use std::io::Cursor;
+//! two can never disagree after a crash. Snapshots of it are files beside the log (see
+//! `snapshots`).
+use std::path::PathBuf;
+use std::sync::Arc;
 
 use openraft::storage::RaftStateMachine;
 use openraft::{
-    BasicNode, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta, StorageError,
-    StorageIOError, StoredMembership,
+    AnyError, BasicNode, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
+    StorageError, StorageIOError, StoredMembership,
 };
 use serde::{Deserialize, Serialize};
 
+use super::snapshots::SnapshotFiles;
 use super::types::{NodeId, TypeConfig};
 use crate::store::Store;
 
@@ -41,6 +44,10 @@ pub(crate) struct Machine {
     state: AppliedState,
     /// The last applied log index, for the node's status and for readers waiting on it.
     applied: tokio::sync::watch::Sender<u64>,
+    snapshots: Arc<SnapshotFiles>,
+    /// The partial file of the snapshot being received, if one is.
+    receiving: Option<PathBuf>,
+    node_id: NodeId,
 }
 
 impl Machine {
@@ -50,6 +57,8 @@ impl Machine {
     pub(crate) fn open(
         store: Store,
         applied: tokio::sync::watch::Sender<u64>,
+        snapshots: SnapshotFiles,
+        node_id: NodeId,
     ) -> crate::Result<Self> {
         let state = match store.applied_state()? {
             Some(bytes) => AppliedState::decode(&bytes)?,
@@ -60,12 +69,15 @@ impl Machine {
             store,
             state,
             applied,
+            snapshots: Arc::new(snapshots),
+            receiving: None,
+            node_id,
         })
     }
 }
 
 impl RaftStateMachine<TypeConfig> for Machine {
-    type SnapshotBuilder = NoSnapshots;
+    type SnapshotBuilder = Builder;
 
     async fn applied_state(
         &mut self,
@@ -134,27 +146,70 @@ impl RaftStateMachine<TypeConfig> for Machine {
     }
 
     async fn get_snapshot_builder(&mut self) -> Self::SnapshotBuilder {
-        NoSnapshots
+        Builder {
+            store: self.store.clone(),
+            snapshots: self.snapshots.clone(),
+            node_id: self.node_id,
+        }
     }
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
+        let path = self.snapshots.partial("received");
+        let file = tokio::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create_new(true)
+            .open(&path)
+            .await
+            .map_err(|err| StorageError::from(StorageIOError::write_snapshot(None, &err)))?;
+        self.receiving = Some(path);
+        Ok(Box::new(file))
     }
 
     async fn install_snapshot(
         &mut self,
-        _meta: &SnapshotMeta<NodeId, BasicNode>,
-        _snapshot: Box<Cursor<Vec<u8>>>,
+        meta: &SnapshotMeta<NodeId, BasicNode>,
+        snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
-        Err(no_snapshots())
+        let failed = |err: AnyError| {
+            StorageError::from(StorageIOError::read_snapshot(Some(meta.signature()), err))
+        };
+        let Some(path) = self.receiving.take() else {
+            return Err(failed(AnyError::error("no snapshot was being received")));
+        };
+        let file = snapshot.into_std().await;
+        let (store, snapshots, owned_meta) =
+            (self.store.clone(), self.snapshots.clone(), meta.clone());
+        let installed = tokio::task::spawn_blocking(move || {
+            snapshots.install(&store, &path, file, &owned_meta)
+        })
+        .await
+        .map_err(|err| failed(AnyError::new(&err)))?;
+        let state = installed.map_err(|err| {
+            tracing::error!(snapshot = %meta.snapshot_id, error = %err, "could not install a snapshot");
+            failed(AnyError::new(&err))
+        })?;
+        tracing::info!(snapshot = %meta.snapshot_id, last = ?state.last, "installed a snapshot of the leader's state");
+        self.applied
+            .send_replace(state.last.map_or(0, |id| id.index));
+        self.state = state;
+        Ok(())
     }
 
     async fn get_current_snapshot(
         &mut self,
     ) -> Result<Option<Snapshot<TypeConfig>>, StorageError<NodeId>> {
-        Ok(None)
+        let snapshots = self.snapshots.clone();
+        let current = tokio::task::spawn_blocking(move || snapshots.current())
+            .await
+            .map_err(|err| StorageError::from(StorageIOError::read_snapshot(None, &err)))?
+            .map_err(|err| StorageError::from(StorageIOError::read_snapshot(None, &err)))?;
+        Ok(current.map(|(meta, file)| Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
+        }))
     }
 }
 
@@ -168,21 +223,36 @@ enum Applying {
     Commit(super::Proposal),
 }
 
-/// The log is kept whole (no snapshot is ever built, so none is purged), and a node that
-/// lost its disk catches up from it.
-pub(crate) struct NoSnapshots;
-
-impl RaftSnapshotBuilder<TypeConfig> for NoSnapshots {
-    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
-        Err(no_snapshots())
-    }
+/// Builds a snapshot of the store's state as it stands (see `snapshots`); openraft runs it
+/// beside the applying of entries.
+pub(crate) struct Builder {
+    store: Store,
+    snapshots: Arc<SnapshotFiles>,
+    node_id: NodeId,
 }
 
-fn no_snapshots() -> StorageError<NodeId> {
-    StorageError::from(StorageIOError::write_snapshot(
-        None,
-        &std::io::Error::other("this node keeps the whole log and builds no snapshots"),
-    ))
+impl RaftSnapshotBuilder<TypeConfig> for Builder {
+    async fn build_snapshot(&mut self) -> Result<Snapshot<TypeConfig>, StorageError<NodeId>> {
+        let (store, snapshots, node_id) =
+            (self.store.clone(), self.snapshots.clone(), self.node_id);
+        let started = std::time::Instant::now();
+        let built = tokio::task::spawn_blocking(move || snapshots.build(&store, node_id))
+            .await
+            .map_err(|err| StorageError::from(StorageIOError::write_snapshot(None, &err)))?;
+        let (meta, file) = built.map_err(|err| {
+            tracing::error!(error = %err, "could not build a snapshot");
+            StorageError::from(StorageIOError::write_snapshot(None, &err))
+        })?;
+        tracing::info!(
+            snapshot = %meta.snapshot_id,
+            elapsed_ms = started.elapsed().as_millis() as u64,
+            "built a snapshot"
+        );
+        Ok(Snapshot {
+            meta,
+            snapshot: Box::new(tokio::fs::File::from_std(file)),
+        })
+    }
 }
 
 fn apply_error(log_id: LogId<NodeId>, err: crate::Error) -> StorageError<NodeId> {

@@ -12,7 +12,8 @@
 //! - `log`: this node's Raft log on disk (openraft's log storage), indexed in memory;
 //!   `log_file`: its on-disk formats; `log_writer`: its writer thread (group commit, one
 //!   fdatasync per batch, before openraft hears an entry is persisted).
-//! - `machine`: the state machine, which applies committed entries to the store.
+//! - `machine`: the state machine, which applies committed entries to the store;
+//!   `snapshots`: its snapshots, files beside the log.
 //! - `node`: a node started: the log, the state machine, the network, the cluster formed,
 //!   the store's commits proposed.
 //! - `rejoin`: a node that found its log empty votes again only once it has caught up.
@@ -34,6 +35,7 @@ mod produce;
 mod rejoin;
 mod service;
 mod settings;
+mod snapshots;
 mod status;
 mod tls;
 mod types;

@@ -18,6 +18,7 @@ use super::machine::{AppliedState, Machine};
 use super::network::Network;
 use super::rejoin::Rejoin;
 use super::settings::ClusterConfig;
+use super::snapshots::SnapshotFiles;
 use super::types::{NodeId, Proposal, Raft};
 use crate::error::{Error, Result};
 use crate::pb::cluster::AppliedAsked;
@@ -28,6 +29,9 @@ use crate::store::Replication;
 /// Heartbeats from the leader, in ms; a follower that hears none for an election timeout
 /// (a random time between the two below) stands for election.
 const HEARTBEAT_MS: u64 = 100;
+/// How long a snapshot chunk's RPC may take; the last chunk's answer waits for the whole
+/// snapshot to be installed.
+const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 const ELECTION_TIMEOUT_MIN_MS: u64 = 600;
 pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 1_200;
 /// How long a node with an empty log waits to hear from a leader before it asks the others
@@ -101,14 +105,19 @@ impl Cluster {
             ),
         })?;
         let (applied_tx, applied) = tokio::sync::watch::channel(0);
-        let machine = Machine::open(store.clone(), applied_tx)?;
+        let snapshots = SnapshotFiles::open(&log_dir).map_err(|err| Error::Cluster {
+            reason: format!("cannot open the snapshots in {}: {err}", log_dir.display()),
+        })?;
+        let machine = Machine::open(store.clone(), applied_tx, snapshots, config.node_id)?;
         let raft_config = openraft::Config {
             cluster_name: "tapedeck".into(),
             heartbeat_interval: HEARTBEAT_MS,
             election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
             election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
-            // No snapshots: the log is kept whole (see `machine`).
-            snapshot_policy: SnapshotPolicy::Never,
+            snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
+            max_in_snapshot_log_to_keep: config.snapshot_every,
+            // A chunk's RPC; the last one's answer waits for the snapshot to be installed.
+            install_snapshot_timeout: INSTALL_SNAPSHOT_TIMEOUT_MS,
             // A node rejoining with an empty log stands for election once it has caught up.
             enable_elect: !rejoin.pending(),
             ..Default::default()

@@ -8,6 +8,9 @@ use super::NodeId;
 /// Voters a cluster may have: a majority of 3 survives one lost node, of 5 two.
 const VOTER_COUNTS: [usize; 2] = [3, 5];
 
+/// Entries applied between two snapshots of the state, by default (`--cluster-snapshot-every`).
+pub(crate) const DEFAULT_SNAPSHOT_EVERY: u64 = 50_000;
+
 /// How this node takes part in a cluster.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ClusterConfig {
@@ -17,6 +20,10 @@ pub struct ClusterConfig {
     pub listen: SocketAddr,
     /// Every voter's cluster address (`host:port`), this node's included.
     pub peers: BTreeMap<NodeId, String>,
+    /// Entries applied between two snapshots of the state; the log keeps as many before the
+    /// last snapshot (a follower that far behind catches up from the log, one further behind
+    /// is sent the snapshot).
+    pub snapshot_every: u64,
 }
 
 impl ClusterConfig {
@@ -49,6 +56,7 @@ impl ClusterConfig {
             node_id,
             listen,
             peers,
+            snapshot_every: DEFAULT_SNAPSHOT_EVERY,
         })
     }
 }

@@ -1,7 +1,5 @@
 //! The types openraft is run with: what a log entry carries (one commit of the leader's
 //! writer), the node ids and addresses of the voters.
-use std::io::Cursor;
-
 use serde::{Deserialize, Serialize};
 
 openraft::declare_raft_types!(
@@ -14,7 +12,7 @@ openraft::declare_raft_types!(
         NodeId = u64,
         Node = openraft::BasicNode,
         Entry = openraft::Entry<TypeConfig>,
-        SnapshotData = Cursor<Vec<u8>>,
+        SnapshotData = tokio::fs::File,
         AsyncRuntime = openraft::TokioRuntime,
 );
 

@@ -121,6 +121,7 @@ impl Error {
             | Error::Corrupt { .. }
             | Error::Decode { .. }
             | Error::Encode { .. }
+            | Error::Snapshot { .. }
             | Error::WriterThread(_)
             | Error::Task(_)
             | Error::Listener { .. }

@@ -83,6 +83,7 @@ fn expected(err: &Error) -> (&'static str, Code, StatusCode) {
             let (_, grpc, http) = expected(inner);
             ("Shared", grpc, http)
         }
+        Error::Snapshot { .. } => ("Snapshot", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::WriterThread(_) => ("WriterThread", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Task(_) => ("Task", G::Internal, H::INTERNAL_SERVER_ERROR),
         Error::Listener { .. } => ("Listener", G::Internal, H::INTERNAL_SERVER_ERROR),
@@ -219,6 +220,10 @@ async fn every_variant() -> Vec<Error> {
             source: bincode::error::EncodeError::UnexpectedEnd,
         },
         Error::Shared(Arc::new(Error::StoreFull)),
+        Error::Snapshot {
+            action: "read",
+            source: io(),
+        },
         Error::WriterThread(io()),
         Error::Task(join),
         Error::Listener {

@@ -94,6 +94,16 @@ impl DbHandle {
         read(&txn)
     }
 
+    /// A read transaction that does not hold the database in place (a long read, such as a
+    /// snapshot's, does not hold up a reopen).
+    ///
+    /// Fails with a storage error when the database is being reopened and could not be.
+    pub(crate) fn read_transaction(&self) -> Result<redb::ReadTransaction> {
+        let db = self.db.read().unwrap_or_else(|e| e.into_inner());
+        let db = db.as_ref().ok_or_else(unavailable)?;
+        db.begin_read().map_err(Error::storage)
+    }
+
     /// A read transaction that does not hold the database in place; for tests that inspect
     /// the file directly.
     #[cfg(test)]

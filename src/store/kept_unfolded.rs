@@ -71,9 +71,20 @@ pub(crate) fn kept(txn: &ReadTransaction) -> Result<HashMap<u128, Run>> {
             });
         }
     }
-    let Some(table) = optional_table(txn, UNFOLDED)? else {
-        return Ok(HashMap::new());
-    };
+    match optional_table(txn, UNFOLDED)? {
+        Some(table) => runs(&table),
+        None => Ok(HashMap::new()),
+    }
+}
+
+/// The unfolded chunks kept, as `txn` sees them (a snapshot just installed in it).
+///
+/// Fails with a storage or decoding error.
+pub(crate) fn kept_in(txn: &WriteTransaction) -> Result<HashMap<u128, Run>> {
+    runs(&txn.open_table(UNFOLDED).map_err(Error::storage)?)
+}
+
+fn runs(table: &impl ReadableTable<u128, &'static [u8]>) -> Result<HashMap<u128, Run>> {
     let mut unfolded = HashMap::new();
     for row in table.iter().map_err(Error::storage)? {
         let (key, value) = row.map_err(Error::storage)?;

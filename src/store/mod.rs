@@ -49,6 +49,7 @@ pub mod schema;
 mod seal_marks;
 mod sealing;
 mod segment;
+mod snapshot;
 mod stored;
 mod stream_row;
 mod tables;
