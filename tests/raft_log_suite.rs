@@ -1,6 +1,6 @@
 //! The Raft log (`tapedeck::cluster::LogStore`) against openraft's own storage test suite,
 //! with a state machine that keeps what it applies in memory.
-use std::io::Cursor;
+use std::io::{Seek, SeekFrom, Write};
 use std::sync::{Arc, Mutex};
 
 use openraft::storage::{RaftStateMachine, Snapshot};
@@ -37,9 +37,17 @@ impl Memory {
         applied.snapshot = Some((meta.clone(), data.clone()));
         Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: file_of(&data),
         }
     }
+}
+
+/// A temporary file holding `data`, at its start.
+fn file_of(data: &[u8]) -> Box<tokio::fs::File> {
+    let mut file = tempfile::tempfile().unwrap();
+    file.write_all(data).unwrap();
+    file.seek(SeekFrom::Start(0)).unwrap();
+    Box::new(tokio::fs::File::from_std(file))
 }
 
 impl RaftSnapshotBuilder<TypeConfig> for Memory {
@@ -86,20 +94,24 @@ impl RaftStateMachine<TypeConfig> for Memory {
 
     async fn begin_receiving_snapshot(
         &mut self,
-    ) -> Result<Box<Cursor<Vec<u8>>>, StorageError<NodeId>> {
-        Ok(Box::new(Cursor::new(Vec::new())))
+    ) -> Result<Box<tokio::fs::File>, StorageError<NodeId>> {
+        Ok(file_of(&[]))
     }
 
     async fn install_snapshot(
         &mut self,
         meta: &SnapshotMeta<NodeId, BasicNode>,
-        snapshot: Box<Cursor<Vec<u8>>>,
+        mut snapshot: Box<tokio::fs::File>,
     ) -> Result<(), StorageError<NodeId>> {
+        use tokio::io::{AsyncReadExt, AsyncSeekExt};
+        snapshot.seek(SeekFrom::Start(0)).await.unwrap();
+        let mut data = Vec::new();
+        snapshot.read_to_end(&mut data).await.unwrap();
         let mut applied = self.0.lock().unwrap();
-        applied.proposals = serde_json::from_slice(snapshot.get_ref()).unwrap();
+        applied.proposals = serde_json::from_slice(&data).unwrap();
         applied.last = meta.last_log_id;
         applied.membership = meta.last_membership.clone();
-        applied.snapshot = Some((meta.clone(), snapshot.into_inner()));
+        applied.snapshot = Some((meta.clone(), data));
         Ok(())
     }
 
@@ -109,7 +121,7 @@ impl RaftStateMachine<TypeConfig> for Memory {
         let applied = self.0.lock().unwrap();
         Ok(applied.snapshot.clone().map(|(meta, data)| Snapshot {
             meta,
-            snapshot: Box::new(Cursor::new(data)),
+            snapshot: file_of(&data),
         }))
     }
 }
