@@ -13,7 +13,7 @@ use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
-const VARIANTS: usize = 59;
+const VARIANTS: usize = 60;
 
 /// How many kinds [`Kind`] has: each one is some variant's.
 const KINDS: usize = 13;
