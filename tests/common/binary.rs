@@ -104,11 +104,12 @@ impl BinaryServer {
         data_dir: &Path,
         extra_args: &[&str],
         keep: LogLines,
+        envs: &[(String, String)],
     ) -> BinaryServer {
         let listen = addr.to_string();
         let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
         args.extend_from_slice(extra_args);
-        match try_spawn_serving_with_env(data_dir, &args, Some(keep), &[]) {
+        match try_spawn_serving_with_env(data_dir, &args, Some(keep), envs) {
             Ok(child) => BinaryServer {
                 addr,
                 child: Some(child),

@@ -19,6 +19,8 @@ pub(crate) struct Trio {
     pub(crate) http: BTreeMap<u64, SocketAddr>,
     peers: String,
     extra_args: Vec<String>,
+    /// Environment variables every node is started with.
+    envs: Vec<(String, String)>,
     pub(crate) nodes: BTreeMap<u64, BinaryServer>,
     /// Every log line of each node, all its runs together.
     logs: BTreeMap<u64, LogLines>,
@@ -28,15 +30,20 @@ impl Trio {
     /// Starts three nodes of a new cluster at once (each waits to hear from a leader before
     /// it forms the cluster itself), with `extra_args` on each.
     pub(crate) fn start(extra_args: &[&str]) -> Trio {
-        Self::start_serving(extra_args, false)
+        Self::start_serving(extra_args, false, &[])
     }
 
     /// As [`Trio::start`], each node serving its HTTP face too.
     pub(crate) fn start_with_http(extra_args: &[&str]) -> Trio {
-        Self::start_serving(extra_args, true)
+        Self::start_serving(extra_args, true, &[])
     }
 
-    fn start_serving(extra_args: &[&str], http: bool) -> Trio {
+    /// As [`Trio::start`], each node with the environment variables `envs` too.
+    pub(crate) fn start_with_env(extra_args: &[&str], envs: &[(String, String)]) -> Trio {
+        Self::start_serving(extra_args, false, envs)
+    }
+
+    fn start_serving(extra_args: &[&str], http: bool, envs: &[(String, String)]) -> Trio {
         let peers = (1..=3)
             .map(|id| format!("{id}={}", free_port()))
             .collect::<Vec<_>>()
@@ -51,6 +58,7 @@ impl Trio {
             },
             peers,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+            envs: envs.to_vec(),
             nodes: BTreeMap::new(),
             logs: (1..=3).map(|id| (id, LogLines::default())).collect(),
         };
@@ -89,7 +97,13 @@ impl Trio {
         }
         args.extend(self.extra_args.iter().map(String::as_str));
         let dir = self.dirs[(id - 1) as usize].path();
-        BinaryServer::spawn_at(self.grpc[&id], dir, &args, self.logs[&id].clone())
+        BinaryServer::spawn_at(
+            self.grpc[&id],
+            dir,
+            &args,
+            self.logs[&id].clone(),
+            &self.envs,
+        )
     }
 
     /// Starts node `id` again on its data dir and addresses.
@@ -107,6 +121,11 @@ impl Trio {
     pub(crate) async fn stop(&mut self, id: u64) {
         let status = self.nodes.remove(&id).unwrap().terminate().await;
         assert!(status.success(), "node {id} stopped with {status}");
+    }
+
+    /// Node `id`'s data dir.
+    pub(crate) fn data_dir(&self, id: u64) -> &std::path::Path {
+        self.dirs[(id - 1) as usize].path()
     }
 
     /// Empties node `id`'s data dir (it must be stopped): its disk is lost.
