@@ -9,7 +9,10 @@ SIGKILLed, its data dir emptied, and it is started again under its id; the time 
 applied the leader's whole log, divided by the leader's log size, is its catch-up per GiB.
 
 Usage: python3 cluster_bench.py [--duration S] [--scenarios a,b] [--bench-args "..."]
+                                [--node-args "..."]
                                 [--catch-up-only | --no-catch-up | --failover]
+--node-args go to every node of the cluster (`--cluster-snapshot-every 100`, say, for a wiped
+node to catch up from a snapshot rather than from the whole log).
 Prints one JSON line per bench run (the bench's report, and each node's CPU seconds, bytes
 written and peak RSS before and after it), then one for the catch-up.
 """
@@ -68,8 +71,9 @@ def wait_port(addr, timeout=20):
 
 
 class Node:
-    def __init__(self, work, node_id=None, peers=None, cluster_addr=None):
+    def __init__(self, work, node_id=None, peers=None, cluster_addr=None, extra=()):
         self.id = node_id
+        self.extra = list(extra)
         self.dir = os.path.join(work, f"n{node_id or 0}")
         self.grpc = f"127.0.0.1:{free_port()}"
         self.peers = peers
@@ -82,7 +86,7 @@ class Node:
                 "--http-listen", "off"]
         if self.id is not None:
             args += ["--node-id", str(self.id), "--cluster-listen", self.cluster_addr,
-                     "--cluster-peers", self.peers]
+                     "--cluster-peers", self.peers] + self.extra
         self.log = open(self.dir + ".log", "ab")
         self.proc = subprocess.Popen(args, stdout=self.log, stderr=self.log)
         wait_port(self.grpc)
@@ -124,6 +128,7 @@ def main():
     parser.add_argument("--duration", type=int, default=15)
     parser.add_argument("--scenarios", default="a,b")
     parser.add_argument("--bench-args", default="")
+    parser.add_argument("--node-args", default="")
     parser.add_argument("--catch-up-only", action="store_true")
     parser.add_argument("--no-catch-up", action="store_true")
     parser.add_argument("--failover", action="store_true",
@@ -133,7 +138,8 @@ def main():
     work = tempfile.mkdtemp(prefix="cluster-bench-")
     ports = [free_port() for _ in range(3)]
     peers = ",".join(f"{i + 1}=127.0.0.1:{p}" for i, p in enumerate(ports))
-    nodes = [Node(work, i + 1, peers, f"127.0.0.1:{ports[i]}") for i in range(3)]
+    nodes = [Node(work, i + 1, peers, f"127.0.0.1:{ports[i]}", opts.node_args.split())
+             for i in range(3)]
     single = Node(work)
     try:
         for node in nodes:
@@ -201,8 +207,14 @@ def time_catch_up(nodes, leader):
             break
         time.sleep(0.1)
     took = time.monotonic() - started
+    snapshot = os.path.join(leader.dir, "raft", "snapshot")
+    with open(wiped.dir + ".log", "rb") as f:
+        installed = b"installed a snapshot" in f.read()
     return {"log_bytes": log_bytes, "entries": target, "applied": applied, "seconds": took,
             "seconds_per_gib": took / (log_bytes / (1 << 30)) if applied >= target else None,
+            "leader_snapshot_bytes": os.path.getsize(snapshot) if os.path.exists(snapshot) else 0,
+            "leader_db_bytes": os.path.getsize(os.path.join(leader.dir, "tapedeck.redb")),
+            "installed_a_snapshot": installed,
             "db_bytes_after": dir_bytes(wiped.dir)}
 
 
