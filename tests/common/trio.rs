@@ -276,6 +276,12 @@ impl Drop for Trio {
         let Ok(dir) = std::env::var("TAPEDECK_TEST_LOGS") else {
             return;
         };
+        // The test's thread is named after it: each test's nodes in a directory of their own.
+        let test = std::thread::current()
+            .name()
+            .unwrap_or("trio")
+            .replace("::", "-");
+        let dir = format!("{dir}/{test}");
         let _ = std::fs::create_dir_all(&dir);
         for (id, lines) in &self.logs {
             let lines = lines.lock().unwrap_or_else(|e| e.into_inner());
