@@ -95,6 +95,18 @@ pub enum Error {
         /// The owner's advertised address, `host:port`.
         address: String,
     },
+    /// Another instance holds the conversation's recording and did not answer a call
+    /// forwarded to it (a Get, a Delete): it is down, or cut off from Redis.
+    #[error(
+        "conversation {id}'s recording is held by the instance at {address}, which did not \
+         answer; try again once it is back"
+    )]
+    OwnerUnreachable {
+        /// The id as the caller sent it.
+        id: String,
+        /// The owner's advertised address, `host:port`.
+        address: String,
+    },
     /// A resume from beyond what is committed.
     #[error(
         "resume_from_offset {offset} is past the committed length of conversation {id}'s \

@@ -630,3 +630,102 @@ async fn the_rust_client_and_the_cli_follow_redirects_to_the_owner() {
         "through a redirect"
     );
 }
+
+/// Runs the CLI with `args` (at most [`WAIT`]); its exit status, stdout and stderr.
+async fn cli(args: &[&str]) -> (std::process::ExitStatus, String, String) {
+    let output = tokio::time::timeout(
+        WAIT,
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .args(args)
+            .output(),
+    )
+    .await
+    .expect("the CLI did not end in time")
+    .unwrap();
+    let text = |bytes: Vec<u8>| String::from_utf8(bytes).unwrap();
+    (output.status, text(output.stdout), text(output.stderr))
+}
+
+#[tokio::test]
+async fn get_and_delete_on_any_instance_are_answered_by_the_owner() {
+    use tapedeck::pb::tapedeck::{DeleteRecordingRequest, GetRecordingRequest, RecordingStatus};
+    let cluster = Cluster::start(&[]);
+    let owner = &cluster.instances[0].server;
+    let (b, c) = (&cluster.instances[1].server, &cluster.instances[2].server);
+    record_all(&owner.recorder().await, b"chat-g", &["two ", "chunks"]).await;
+    let live = Recording::open(&owner.recorder().await, b"chat-g-live").await;
+    live.send("so far").await;
+    wait_redirected(b, b"chat-g", &cluster.addr(0)).await;
+    wait_live_at(b, &[b"chat-g-live"], &[b"chat-g-live"]).await;
+
+    let get = |id: &[u8]| GetRecordingRequest {
+        conversation_id: id.to_vec(),
+    };
+    let done = b.recordings().await.get(get(b"chat-g")).await.unwrap();
+    let done = done.into_inner();
+    assert_eq!(done.status(), RecordingStatus::Completed, "{done:?}");
+    assert_eq!((done.chunk_count, done.byte_length), (2, 10), "{done:?}");
+    let going = b.recordings().await.get(get(b"chat-g-live")).await.unwrap();
+    let going = going.into_inner();
+    assert_eq!(going.status(), RecordingStatus::Recording, "{going:?}");
+    assert!(going.producer_attached, "{going:?}");
+
+    // The CLI, on an instance that holds nothing: inspect tells the owner's answer, and a
+    // replay without --follow prints what is committed and ends while the recording goes on.
+    let (status, out, err) = cli(&["inspect", "chat-g", "--server", &cluster.addr(1)]).await;
+    assert!(status.success(), "{err}");
+    assert!(out.contains("completed"), "{out}");
+    let (status, out, err) = cli(&["replay", "chat-g-live", "--server", &cluster.addr(2)]).await;
+    assert!(status.success(), "{err}");
+    assert_eq!(out, "so far");
+
+    // Delete from another instance: the owner deletes, and says whether there was one.
+    let delete = |id: &[u8]| DeleteRecordingRequest {
+        conversation_id: id.to_vec(),
+    };
+    let deleted = c.recordings().await.delete(delete(b"chat-g")).await;
+    assert!(deleted.unwrap().into_inner().existed);
+    let after = owner.recordings().await.get(get(b"chat-g")).await.unwrap();
+    assert_eq!(after.into_inner().status(), RecordingStatus::Deleted);
+    // A live one is cancelled first: its producer is told.
+    let (status, out, err) = cli(&["rm", "chat-g-live", "--server", &cluster.addr(1)]).await;
+    assert!(status.success(), "{err}");
+    assert!(out.contains("deleted"), "{out}");
+    assert_eq!(
+        live.answer().await.unwrap().status,
+        RecordStatus::Cancelled as i32
+    );
+}
+
+#[tokio::test]
+async fn get_and_delete_of_a_recording_whose_owner_is_down_say_so() {
+    use tapedeck::pb::tapedeck::{DeleteRecordingRequest, GetRecordingRequest};
+    let mut cluster = Cluster::start(&[]);
+    let owner_address = cluster.addr(0);
+    record_all(
+        &cluster.instances[0].server.recorder().await,
+        b"chat-down",
+        &["kept"],
+    )
+    .await;
+    wait_redirected(&cluster.instances[1].server, b"chat-down", &owner_address).await;
+    cluster.instances.remove(0).server.kill();
+
+    let b = &cluster.instances[0].server;
+    let get = GetRecordingRequest {
+        conversation_id: b"chat-down".to_vec(),
+    };
+    let err = b.recordings().await.get(get).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains(&owner_address), "{err:?}");
+    let delete = DeleteRecordingRequest {
+        conversation_id: b"chat-down".to_vec(),
+    };
+    let err = b.recordings().await.delete(delete).await.unwrap_err();
+    assert_eq!(err.code(), Code::Unavailable, "{err:?}");
+    assert!(err.message().contains(&owner_address), "{err:?}");
+    // Never "nothing to delete": the CLI fails, naming the owner.
+    let (status, out, err) = cli(&["rm", "chat-down", "--server", &cluster.addr(1)]).await;
+    assert!(!status.success(), "{out}");
+    assert!(err.contains(&owner_address), "{err}");
+}

@@ -102,6 +102,7 @@ impl Error {
             Error::TooManyLiveRecordings { .. } => Kind::Busy,
             Error::DiskFull { .. } | Error::StoreFull => Kind::DiskFull,
             Error::Redirect { .. }
+            | Error::OwnerUnreachable { .. }
             | Error::ShuttingDown
             | Error::ResumeUnsettled { .. }
             | Error::ObjectStoreUnavailable { .. }

@@ -13,7 +13,7 @@ use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
-const VARIANTS: usize = 60;
+const VARIANTS: usize = 61;
 
 /// How many kinds [`Kind`] has: each one is some variant's.
 const KINDS: usize = 13;
@@ -36,6 +36,7 @@ fn expected(err: &Error) -> (&'static str, Code, StatusCode) {
         Error::AlreadyRecording { .. } => ("AlreadyRecording", G::AlreadyExists, H::CONFLICT),
         Error::ResumeElsewhere { .. } => ("ResumeElsewhere", G::FailedPrecondition, H::CONFLICT),
         Error::Redirect { .. } => ("Redirect", G::Unavailable, H::SERVICE_UNAVAILABLE),
+        Error::OwnerUnreachable { .. } => ("OwnerUnreachable", G::Unavailable, H::SERVICE_UNAVAILABLE),
         Error::ResumePastEnd { .. } => ("ResumePastEnd", G::FailedPrecondition, H::CONFLICT),
         Error::AlreadyEnded { .. } => ("AlreadyEnded", G::FailedPrecondition, H::CONFLICT),
         Error::ResumeInsideCharacter { .. } => ("ResumeInsideCharacter", G::InvalidArgument, H::BAD_REQUEST),
@@ -126,6 +127,10 @@ async fn every_variant() -> Vec<Error> {
         },
         Error::AlreadyRecording { id: id() },
         Error::ResumeElsewhere {
+            id: id(),
+            address: "10.0.0.2:9090".into(),
+        },
+        Error::OwnerUnreachable {
             id: id(),
             address: "10.0.0.2:9090".into(),
         },

@@ -6,8 +6,8 @@ use std::collections::HashSet;
 
 use crate::error::Error;
 use crate::id::ConversationId;
-use crate::locator::{Locator, Route};
-use crate::recorder::{MAX_CHECK_IDS, OnConflict, Recorder};
+use crate::locator::{Locator, Owner, Route};
+use crate::recorder::{Found, MAX_CHECK_IDS, OnConflict, Recorder};
 
 /// Where calls about conversation `id` go.
 pub(super) async fn route(
@@ -21,34 +21,79 @@ pub(super) async fn route(
     }
 }
 
-/// What became of a cancel sent to the instance that holds the recording.
-pub(super) enum Forwarded {
+/// What became of a call sent to the instance that holds the recording.
+pub(super) enum Forwarded<T> {
     /// Not forwarded: the recording is here, or no other instance registered it.
     NotNeeded,
-    /// The owner's answer: whether it accepted the cancel.
-    Answered(bool),
-    /// The owner did not answer in time: the client should go to this address.
+    /// The owner's answer.
+    Answered(T),
+    /// The owner did not answer in time: it is at this address.
     Unanswered(String),
 }
 
 /// Sends a cancel of conversation `id` to the instance holding its recording, if that is
-/// another one, and waits (bounded) for its answer; `wait` asks the owner to wait a little for
-/// its producer to let go, as the legacy API does.
+/// another one, and waits (bounded) for its answer, whether it accepted; `wait` asks the owner
+/// to wait a little for its producer to let go, as the legacy API does.
 pub(super) async fn forward_cancel(
     locator: Option<&Locator>,
     recorder: &Recorder,
     id: &ConversationId,
     wait: bool,
-) -> Forwarded {
+) -> Forwarded<bool> {
+    forward(locator, recorder, id, |locator, owner| async move {
+        locator.forward_cancel(&owner, id, wait).await
+    })
+    .await
+}
+
+/// Asks the instance holding conversation `id`'s recording, if that is another one, what it
+/// knows of it.
+pub(super) async fn forward_get(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+) -> Forwarded<Found> {
+    forward(locator, recorder, id, |locator, owner| async move {
+        locator.forward_get(&owner, id).await
+    })
+    .await
+}
+
+/// Asks the instance holding conversation `id`'s recording, if that is another one, to
+/// delete it; whether one existed.
+pub(super) async fn forward_delete(
+    locator: Option<&Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+) -> Forwarded<bool> {
+    forward(locator, recorder, id, |locator, owner| async move {
+        locator.forward_delete(&owner, id).await
+    })
+    .await
+}
+
+async fn forward<'a, T, F, Fut>(
+    locator: Option<&'a Locator>,
+    recorder: &Recorder,
+    id: &ConversationId,
+    ask: F,
+) -> Forwarded<T>
+where
+    F: FnOnce(&'a Locator, Owner) -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
     let Some(locator) = locator else {
         return Forwarded::NotNeeded;
     };
     match locator.route(recorder, id.key()).await {
         Route::Here => Forwarded::NotNeeded,
-        Route::There(owner) => match locator.forward_cancel(&owner, id, wait).await {
-            Some(accepted) => Forwarded::Answered(accepted),
-            None => Forwarded::Unanswered(owner.address),
-        },
+        Route::There(owner) => {
+            let address = owner.address.clone();
+            match ask(locator, owner).await {
+                Some(answer) => Forwarded::Answered(answer),
+                None => Forwarded::Unanswered(address),
+            }
+        }
     }
 }
 

@@ -1,10 +1,13 @@
 //! `tapedeck.v1.Recordings`, the management API: Get, List and Delete over the [`Recorder`].
+//! Get and Delete of a recording another instance holds are forwarded to it.
 use tonic::{Request, Response, Status};
 
+use super::cluster::{Forwarded, forward_delete, forward_get};
 use super::{parse_id, principal};
 use crate::access::{Guard, Operation};
 use crate::error::{Absence, Error};
 use crate::id::ConversationId;
+use crate::locator::Locator;
 use crate::pb::tapedeck::recordings_server::Recordings;
 use crate::pb::tapedeck::{
     DeleteRecordingRequest, DeleteRecordingResponse, GetRecordingRequest, ListRecordingsRequest,
@@ -18,12 +21,18 @@ use crate::store::{Gone, Tombstone as StoredTombstone};
 pub struct RecordingsService {
     recorder: Recorder,
     guard: Guard,
+    locator: Option<Locator>,
 }
 
 impl RecordingsService {
-    /// A service answering from `recorder`, checking calls with `guard`.
-    pub fn new(recorder: Recorder, guard: Guard) -> Self {
-        Self { recorder, guard }
+    /// A service answering from `recorder`, checking calls with `guard`; with a `locator`,
+    /// Get and Delete of a recording another instance holds are forwarded there.
+    pub fn new(recorder: Recorder, guard: Guard, locator: Option<Locator>) -> Self {
+        Self {
+            recorder,
+            guard,
+            locator,
+        }
     }
 }
 
@@ -36,7 +45,12 @@ impl Recordings for RecordingsService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Replay, &id)?;
-        match self.recorder.get(&id).await? {
+        let found = match forward_get(self.locator.as_ref(), &self.recorder, &id).await {
+            Forwarded::NotNeeded => self.recorder.get(&id).await?,
+            Forwarded::Answered(found) => found,
+            Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
+        };
+        match found {
             Found::Recording(info) => Ok(Response::new(recording(&info))),
             Found::Gone(tombstone) => Ok(Response::new(buried(&tombstone))),
             Found::Unknown => Err(Error::RecordingNotFound {
@@ -80,9 +94,22 @@ impl Recordings for RecordingsService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Delete, &id)?;
-        let existed = self.recorder.delete(&id).await?;
+        let existed = match forward_delete(self.locator.as_ref(), &self.recorder, &id).await {
+            Forwarded::NotNeeded => self.recorder.delete(&id).await?,
+            Forwarded::Answered(existed) => existed,
+            // It may or may not have been deleted: never "nothing to delete".
+            Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
+        };
         Ok(Response::new(DeleteRecordingResponse { existed }))
     }
+}
+
+fn unreachable(id: &ConversationId, address: String) -> Status {
+    Error::OwnerUnreachable {
+        id: id.to_string(),
+        address,
+    }
+    .into()
 }
 
 fn recording(info: &RecordingInfo) -> Recording {

@@ -103,9 +103,9 @@ pub async fn routes(
         locator.clone(),
     )
     .with_cluster(cluster.cloned());
+    let management = RecordingsService::new(recorder.clone(), guard.clone(), locator.clone());
     let legacy = ResumerService::new(recorder.clone(), guard.clone(), lifecycle.clone(), locator)
         .with_cluster(cluster.cloned());
-    let management = RecordingsService::new(recorder.clone(), guard.clone());
     let routes = Routes::new(health_service)
         .add_service(reflection_v1)
         .add_service(reflection_v1alpha)

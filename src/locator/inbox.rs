@@ -1,13 +1,15 @@
 //! Messages between instances, over Redis pub/sub: each instance listens on its own inbox
-//! for cancels forwarded to it (and answers them), answers to the cancels it forwarded, and
-//! notices that a newer recording on another instance superseded one of its own.
+//! for calls forwarded to it (a cancel, a Get, a Delete; it replies to each), replies to the
+//! calls it forwarded, and notices that a newer recording on another instance superseded one
+//! of its own.
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
+use super::asks::Reply;
 use super::{FORWARDED_CANCEL_WAIT, Locator, back_off, entry, owner_token};
 use crate::id::ConversationId;
-use crate::recorder::Recorder;
+use crate::recorder::{Found, Recorder};
 
 /// One message to an instance's inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -20,7 +22,8 @@ pub(super) enum Message {
         id: Vec<u8>,
         wait: bool,
     },
-    /// The answer to a forwarded cancel.
+    /// The answer to a forwarded cancel (kept for instances of earlier builds, which send
+    /// it; this build replies with [`Message::Reply`]).
     Answer { request: u64, accepted: bool },
     /// A newer recording of conversation `key`, on the instance at `by`, replaced the entry
     /// of this instance's recording `owner`: that recording ends as superseded.
@@ -29,6 +32,21 @@ pub(super) enum Message {
         owner: String,
         by: String,
     },
+    /// Tell what is known of conversation `id`'s recording, replying to `request` on
+    /// `reply_to`'s inbox. (New variants go last: earlier builds decode the others.)
+    Get {
+        request: u64,
+        reply_to: String,
+        id: Vec<u8>,
+    },
+    /// Delete conversation `id`'s recording, replying as [`Message::Get`] does.
+    Delete {
+        request: u64,
+        reply_to: String,
+        id: Vec<u8>,
+    },
+    /// The reply to a forwarded call.
+    Reply { request: u64, reply: Reply },
 }
 
 impl Message {
@@ -93,16 +111,40 @@ fn handle(locator: &Locator, recorder: &Recorder, payload: &[u8]) {
     let (locator, recorder) = (locator.clone(), recorder.clone());
     locator.inner.tasks.clone().spawn(async move {
         match message {
-            Message::Answer { request, accepted } => locator.answered(request, accepted),
+            Message::Answer { request, accepted } => {
+                locator.replied(request, Reply::Cancelled(accepted));
+            }
+            Message::Reply { request, reply } => locator.replied(request, reply),
             Message::Cancel {
                 request,
                 reply_to,
                 id,
                 wait,
             } => {
-                let accepted = cancel(&recorder, &id, wait).await;
-                let answer = Message::Answer { request, accepted };
-                locator.publish(&reply_to, &answer).await;
+                let reply = Reply::Cancelled(cancel(&recorder, &id, wait).await);
+                locator
+                    .publish(&reply_to, &Message::Reply { request, reply })
+                    .await;
+            }
+            Message::Get {
+                request,
+                reply_to,
+                id,
+            } => {
+                let reply = Reply::Found(get(&recorder, &id).await);
+                locator
+                    .publish(&reply_to, &Message::Reply { request, reply })
+                    .await;
+            }
+            Message::Delete {
+                request,
+                reply_to,
+                id,
+            } => {
+                let reply = Reply::Deleted(delete(&recorder, &id).await);
+                locator
+                    .publish(&reply_to, &Message::Reply { request, reply })
+                    .await;
             }
             Message::Superseded { key, owner, by } => {
                 let Some(tape) = recorder.deck().live(key) else {
@@ -137,4 +179,32 @@ async fn cancel(recorder: &Recorder, id: &[u8], wait: bool) -> bool {
         tracing::warn!(conversation = %id, error = %err, "forwarded cancel failed");
         false
     })
+}
+
+/// What is known here of conversation `id`, for another instance; `None` when it cannot be
+/// looked up (logged).
+async fn get(recorder: &Recorder, id: &[u8]) -> Option<Found> {
+    let Ok(id) = ConversationId::parse(id) else {
+        return Some(Found::Unknown);
+    };
+    recorder
+        .get(&id)
+        .await
+        .inspect_err(|err| tracing::warn!(conversation = %id, error = %err, "forwarded Get failed"))
+        .ok()
+}
+
+/// Deletes conversation `id`'s recording here, for another instance; whether one existed, or
+/// `None` when the delete failed (logged).
+async fn delete(recorder: &Recorder, id: &[u8]) -> Option<bool> {
+    let Ok(id) = ConversationId::parse(id) else {
+        return Some(false);
+    };
+    recorder
+        .delete(&id)
+        .await
+        .inspect_err(
+            |err| tracing::warn!(conversation = %id, error = %err, "forwarded delete failed"),
+        )
+        .ok()
 }

@@ -1,12 +1,14 @@
 //! The Redis locator: several instances behind one address. Each instance mirrors the
 //! recordings it holds into Redis entries (owner address, owner token, status), and answers
-//! calls about recordings it does not hold by redirecting to, or forwarding to, the owner.
+//! calls about recordings it does not hold by redirecting to, or forwarding to, the owner
+//! ([`asks`]: a cancel, a Get, a Delete, over the owner's Redis inbox).
 //!
 //! Redis is never on a producer's path: entries are written by a background registrar
 //! ([`registrar`]) from the recorder's change set. When Redis is unreachable every instance
 //! keeps serving what it holds, logs it once, retries with backoff, and registers everything
 //! again once Redis is back.
 
+mod asks;
 mod entry;
 mod inbox;
 mod registrar;
@@ -25,7 +27,6 @@ use tokio_util::task::TaskTracker;
 pub use entry::Owner;
 
 use crate::error::{Error, Result};
-use crate::id::ConversationId;
 use crate::recorder::Recorder;
 
 /// How long a live recording's entry lives unless refreshed.
@@ -34,7 +35,7 @@ const LIVE_TTL: Duration = Duration::from_secs(10);
 const REFRESH_INTERVAL: Duration = Duration::from_secs(3);
 /// The longest a call waits on Redis before answering from local state.
 const CALL_TIMEOUT: Duration = Duration::from_millis(500);
-/// How long a forwarded cancel waits for the owner's answer.
+/// How long a forwarded call (a cancel, a Get, a Delete) waits for the owner's reply.
 const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
 /// How long the owner of a forwarded legacy cancel waits for its producer to let go; within
 /// [`FORWARD_TIMEOUT`].
@@ -103,8 +104,8 @@ struct Inner {
     resync: Notify,
     /// Whether a live check answered from local state was logged during this outage.
     local_check_logged: AtomicBool,
-    /// Forwarded cancels awaiting the owner's answer, by request number.
-    answers: Mutex<HashMap<u64, oneshot::Sender<bool>>>,
+    /// Forwarded calls awaiting the owner's reply, by request number.
+    waiting: Mutex<HashMap<u64, oneshot::Sender<asks::Reply>>>,
     next_request: AtomicU64,
     tasks: TaskTracker,
 }
@@ -152,7 +153,7 @@ impl Locator {
                 reachable: AtomicBool::new(true),
                 resync: Notify::new(),
                 local_check_logged: AtomicBool::new(false),
-                answers: Mutex::new(HashMap::new()),
+                waiting: Mutex::new(HashMap::new()),
                 next_request: AtomicU64::new(1),
                 tasks: TaskTracker::new(),
             }),
@@ -229,43 +230,6 @@ impl Locator {
         )
     }
 
-    /// Asks `owner` to cancel conversation `id`'s recording (and, when `wait`, to wait a
-    /// little for its producer to let go); its answer, or `None` if none came in time.
-    pub async fn forward_cancel(
-        &self,
-        owner: &Owner,
-        id: &ConversationId,
-        wait: bool,
-    ) -> Option<bool> {
-        let request = self.inner.next_request.fetch_add(1, Ordering::Relaxed);
-        let (answer, answered) = oneshot::channel();
-        self.lock_answers().insert(request, answer);
-        let message = inbox::Message::Cancel {
-            request,
-            reply_to: self.inner.instance.clone(),
-            id: id.original().to_vec(),
-            wait,
-        };
-        let delivered = self.publish(&owner.instance, &message).await;
-        let accepted = match delivered {
-            // Nobody listens on the owner's inbox: it is down, or cut off from Redis.
-            Some(0) | None => None,
-            Some(_) => tokio::time::timeout(FORWARD_TIMEOUT, answered)
-                .await
-                .ok()
-                .and_then(|answer| answer.ok()),
-        };
-        self.lock_answers().remove(&request);
-        accepted
-    }
-
-    /// Delivers an answer to a forwarded cancel this instance is waiting for.
-    fn answered(&self, request: u64, accepted: bool) {
-        if let Some(waiting) = self.lock_answers().remove(&request) {
-            let _ = waiting.send(accepted);
-        }
-    }
-
     /// Publishes `message` to `instance`'s inbox; how many listeners got it, or `None` when
     /// Redis did not answer in time.
     async fn publish(&self, instance: &str, message: &inbox::Message) -> Option<usize> {
@@ -326,10 +290,6 @@ impl Locator {
                 "Redis is unreachable; serving local recordings only, and retrying"
             );
         }
-    }
-
-    fn lock_answers(&self) -> std::sync::MutexGuard<'_, HashMap<u64, oneshot::Sender<bool>>> {
-        self.inner.answers.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 

@@ -25,7 +25,7 @@ pub const DEFAULT_PAGE_SIZE: usize = 100;
 const MAX_SCANNED_PER_PAGE: usize = 10 * MAX_PAGE_SIZE;
 
 /// A recording, as stored and as live.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct RecordingInfo {
     /// Its row; for a live recording, its chunk count and length are what is committed now.
     pub meta: RecordingMeta,
@@ -40,7 +40,7 @@ pub struct RecordingInfo {
 }
 
 /// Where a recording's bytes are kept.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
 pub enum Location {
     /// On this instance's disk.
     #[default]
@@ -65,7 +65,7 @@ impl Location {
 }
 
 /// What is known about a conversation.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Found {
     /// Its latest recording.
     Recording(RecordingInfo),
