@@ -134,6 +134,13 @@ fn the_locator_needs_an_advertised_address_a_redis_url_and_says_which() {
     assert_bad_setting(&advertised, "--redis-url", "locator");
     let no_port = [&redis[..], &["--advertised-address", "10.0.0.1"]].concat();
     assert_bad_setting(&no_port, "--advertised-address", "host:port");
+    // Where a listener binds, but no client can dial.
+    for nowhere in ["0.0.0.0:21503", "[::]:21503"] {
+        let args = [&redis[..], &["--advertised-address", nowhere]].concat();
+        assert_bad_setting(&args, "--advertised-address", "cannot dial");
+    }
+    let port_zero = [&redis[..], &["--advertised-address", "10.0.0.1:0"]].concat();
+    assert_bad_setting(&port_zero, "--advertised-address", "host:port");
 }
 
 #[test]

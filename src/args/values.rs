@@ -54,8 +54,9 @@ impl std::fmt::Display for HttpListen {
     }
 }
 
-/// An address other instances redirect clients to: `host:port`, with a port of 1-65535.
-/// Not resolved: it names this instance as the others see it.
+/// An address other instances redirect clients to: `host:port`, with a port of 1-65535 and a
+/// host someone can dial (not `0.0.0.0` or `::`, which only a listener understands). Not
+/// resolved: it names this instance as the others see it.
 pub(crate) fn parse_advertised(text: &str) -> Result<String, String> {
     let wrong = || format!("`{text}` is not a host:port that other instances can redirect to");
     let (host, port) = text.rsplit_once(':').ok_or_else(wrong)?;
@@ -63,11 +64,20 @@ pub(crate) fn parse_advertised(text: &str) -> Result<String, String> {
     let host_ok = !host.is_empty()
         && !host.contains("://")
         && !host.contains(|c: char| c.is_whitespace() || c == '/' || c == '@');
-    if port_ok && host_ok {
-        Ok(text.to_string())
-    } else {
-        Err(wrong())
+    if !(port_ok && host_ok) {
+        return Err(wrong());
     }
+    let ip = host.trim_start_matches('[').trim_end_matches(']');
+    if ip
+        .parse::<std::net::IpAddr>()
+        .is_ok_and(|ip| ip.is_unspecified())
+    {
+        return Err(format!(
+            "`{text}` names no host: a client cannot dial {host}; advertise an address of this \
+             instance that others can reach, e.g. its host name or IP"
+        ));
+    }
+    Ok(text.to_string())
 }
 
 /// A duration, shown in the units a person writes (`7d`, `1h 30m`, `4ms`), which
