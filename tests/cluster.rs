@@ -496,7 +496,7 @@ async fn a_stale_owner_never_overwrites_or_removes_a_newer_owners_entry() {
         )
         .await
         .unwrap();
-    // A start and a delete on the stale owner change its own recording only.
+    // A start on the stale owner changes its own recording only, and ends superseded.
     let live = Recording::open(&a.recorder().await, b"chat-o").await;
     live.send("stale").await;
     let ended = live.answer().await.unwrap();
@@ -504,14 +504,18 @@ async fn a_stale_owner_never_overwrites_or_removes_a_newer_owners_entry() {
         ended.error_message.contains("127.0.0.1:1"),
         "the stale start is superseded: {ended:?}"
     );
+    // A delete there is the newer owner's to make: it is sent there, which does not answer.
     let mut recordings = a.recordings().await;
-    recordings
+    let refused = recordings
         .delete(tapedeck::pb::tapedeck::DeleteRecordingRequest {
             conversation_id: b"chat-o".to_vec(),
         })
         .await
-        .unwrap();
-    // A marker changed after the delete: once its entry is there, the delete was settled too.
+        .unwrap_err();
+    assert_eq!(refused.code(), Code::Unavailable, "{refused:?}");
+    assert!(refused.message().contains("127.0.0.1:1"), "{refused:?}");
+    // A marker changed after the stale recording ended: once its entry is there, that end
+    // was settled too.
     record_all(&a.recorder().await, b"chat-o-marker", &["m"]).await;
     wait_redirected(
         &cluster.instances[2].server,
@@ -728,4 +732,84 @@ async fn get_and_delete_of_a_recording_whose_owner_is_down_say_so() {
     let (status, out, err) = cli(&["rm", "chat-down", "--server", &cluster.addr(1)]).await;
     assert!(!status.success(), "{out}");
     assert!(err.contains(&owner_address), "{err}");
+}
+
+#[tokio::test]
+async fn list_on_any_instance_shows_what_every_instance_holds_with_its_owner() {
+    use tapedeck::pb::tapedeck::ListRecordingsRequest;
+    let mut cluster = Cluster::start(&[]);
+    for (i, id) in [
+        (0, "chat-l0"),
+        (1, "chat-l1"),
+        (2, "chat-l2"),
+        (0, "chat-l3"),
+    ] {
+        let recorder = cluster.instances[i].server.recorder().await;
+        record_all(&recorder, id.as_bytes(), &["x"]).await;
+    }
+    let c = &cluster.instances[2].server;
+    // The other two have registered (and so announced themselves).
+    wait_redirected(c, b"chat-l0", &cluster.addr(0)).await;
+    wait_redirected(c, b"chat-l1", &cluster.addr(1)).await;
+    // Pages of one row, so that paging goes across instances.
+    let listed = |token: String| ListRecordingsRequest {
+        status: 0,
+        page_size: 1,
+        page_token: token,
+    };
+    let mut rows = Vec::new();
+    let mut token = String::new();
+    loop {
+        let page = c.recordings().await.list(listed(token)).await.unwrap();
+        let page = page.into_inner();
+        assert!(page.unanswered_instances.is_empty(), "{page:?}");
+        rows.extend(page.recordings.into_iter().map(|r| {
+            let id = String::from_utf8(r.conversation_id).unwrap();
+            (id, r.owner_address)
+        }));
+        if page.next_page_token.is_empty() {
+            break;
+        }
+        token = page.next_page_token;
+    }
+    let expected: Vec<(String, String)> = [
+        (0, "chat-l0"),
+        (1, "chat-l1"),
+        (2, "chat-l2"),
+        (0, "chat-l3"),
+    ]
+    .map(|(i, id)| (id.to_string(), cluster.addr(i)))
+    .into();
+    assert_eq!(rows, expected);
+
+    // The CLI shows each row's owner.
+    let (status, out, err) = cli(&["ls", "--server", &cluster.addr(1)]).await;
+    assert!(status.success(), "{err}");
+    assert!(out.contains("OWNER"), "{out}");
+    let l0 = out
+        .lines()
+        .find(|line| line.starts_with("chat-l0"))
+        .unwrap();
+    assert!(l0.ends_with(&cluster.addr(0)), "{out}");
+
+    // An instance that is down is named, and its recordings are missing.
+    let down = cluster.addr(0);
+    cluster.instances.remove(0).server.kill();
+    let c = &cluster.instances[1].server;
+    let page = c
+        .recordings()
+        .await
+        .list(ListRecordingsRequest::default())
+        .await;
+    let page = page.unwrap().into_inner();
+    assert_eq!(page.unanswered_instances, std::slice::from_ref(&down));
+    let ids: Vec<&[u8]> = page
+        .recordings
+        .iter()
+        .map(|r| &r.conversation_id[..])
+        .collect();
+    assert_eq!(ids, [b"chat-l1".as_slice(), b"chat-l2".as_slice()]);
+    let (status, _, err) = cli(&["ls", "--server", &cluster.addr(1)]).await;
+    assert!(status.success(), "{err}");
+    assert!(err.contains(&down), "{err}");
 }

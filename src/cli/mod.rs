@@ -189,8 +189,15 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
         } => replay(&client, &id, from, follow, chunked, &mut out).await?,
         ClientCommand::Ls { status, json, .. } => {
             let status = status.as_deref().map(output::parse_status).transpose()?;
-            let recordings = list_all(&client, status).await?;
+            let (recordings, unanswered) = list_all(&client, status).await?;
             output::recordings(&recordings, json, &mut out)?;
+            if !unanswered.is_empty() {
+                // On stderr, so that the listing itself stays what a script parses.
+                eprintln!(
+                    "tapedeck: no answer from the instances at {}; what they hold is missing above",
+                    unanswered.join(", ")
+                );
+            }
         }
         ClientCommand::Inspect { id, .. } => {
             let info = client.get(id.as_bytes()).await.map_err(status_error)?;
@@ -344,12 +351,13 @@ async fn replay(
     Ok(())
 }
 
-/// Every page of the listing.
+/// Every page of the listing, and the instances that did not answer for some page.
 async fn list_all(
     client: &Client,
     status: Option<RecordingStatus>,
-) -> Result<Vec<tapedeck::pb::tapedeck::Recording>> {
+) -> Result<(Vec<tapedeck::pb::tapedeck::Recording>, Vec<String>)> {
     let mut all = Vec::new();
+    let mut unanswered: Vec<String> = Vec::new();
     let mut token = String::new();
     loop {
         let page = client
@@ -357,8 +365,13 @@ async fn list_all(
             .await
             .map_err(status_error)?;
         all.extend(page.recordings);
+        for address in page.unanswered_instances {
+            if !unanswered.contains(&address) {
+                unanswered.push(address);
+            }
+        }
         if page.next_page_token.is_empty() {
-            return Ok(all);
+            return Ok((all, unanswered));
         }
         token = page.next_page_token;
     }

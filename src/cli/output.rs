@@ -47,6 +47,7 @@ pub(crate) fn recording_json(r: &Recording) -> Value {
         "live_readers": r.live_readers,
         "producer_attached": r.producer_attached,
         "location": location_name(r.location),
+        "owner_address": r.owner_address,
         "tombstone": r.tombstone.as_ref().map(|t| json!({
             "final_status": status_name(t.final_status),
             "collected_at_ms": t.collected_at_ms,
@@ -80,12 +81,25 @@ pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) ->
         .max()
         .unwrap_or(0)
         .max("CONVERSATION".len());
+    // With several instances, each row's owner, in a last column.
+    let owners = all.iter().any(|r| !r.owner_address.is_empty());
+    let last = |created: &str, owner: &str| match owners {
+        true => format!("{created:<24}  {owner}"),
+        false => created.to_string(),
+    };
     writeln!(
         out,
-        "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {:<18}  CREATED",
-        "CONVERSATION", "STATUS", "BYTES", "CHUNKS", "READERS", "WHERE"
+        "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {:<18}  {}",
+        "CONVERSATION",
+        "STATUS",
+        "BYTES",
+        "CHUNKS",
+        "READERS",
+        "WHERE",
+        last("CREATED", "OWNER")
     )?;
     for (r, id) in all.iter().zip(shown) {
+        let created = tapedeck::clock::rfc3339(r.created_at_ms.max(0) as u64);
         writeln!(
             out,
             "{:width$}  {:<11}  {:>12}  {:>8}  {:>7}  {:<18}  {}",
@@ -95,7 +109,7 @@ pub(crate) fn recordings(all: &[Recording], json: bool, out: &mut impl Write) ->
             r.chunk_count,
             r.live_readers,
             location_name(r.location),
-            tapedeck::clock::rfc3339(r.created_at_ms.max(0) as u64),
+            last(&created, &escape::id(r.owner_address.as_bytes())),
         )?;
     }
     Ok(())

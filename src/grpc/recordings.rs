@@ -1,8 +1,10 @@
 //! `tapedeck.v1.Recordings`, the management API: Get, List and Delete over the [`Recorder`].
-//! Get and Delete of a recording another instance holds are forwarded to it.
+//! Get and Delete of a recording another instance holds are forwarded to it; List lists
+//! every instance's (see `everywhere`).
 use tonic::{Request, Response, Status};
 
 use super::cluster::{Forwarded, forward_delete, forward_get};
+use super::everywhere::{self, Everywhere};
 use super::{parse_id, principal};
 use crate::access::{Guard, Operation};
 use crate::error::{Absence, Error};
@@ -70,20 +72,38 @@ impl Recordings for RecordingsService {
         let only = status_filter(request.status)?;
         let token = Some(request.page_token.as_str()).filter(|t| !t.is_empty());
         let page_size = request.page_size as usize;
-        let listing = self.recorder.list(token, page_size, only).await?;
+        let page = match &self.locator {
+            Some(locator) => {
+                everywhere::list(locator, &self.recorder, token, page_size, only).await?
+            }
+            None => {
+                let listing = self.recorder.list(token, page_size, only).await?;
+                Everywhere {
+                    rows: (listing.recordings.into_iter())
+                        .map(|info| (info, String::new()))
+                        .collect(),
+                    next_page_token: listing.next_page_token,
+                    unanswered: Vec::new(),
+                }
+            }
+        };
         // Each caller sees the recordings it may read; a page may come back shorter for it.
-        let recordings = listing
-            .recordings
+        let recordings = page
+            .rows
             .iter()
-            .filter(|info| {
+            .filter(|(info, _)| {
                 ConversationId::parse(&info.meta.original_id)
                     .is_ok_and(|id| principal.may(Operation::Replay, &id))
             })
-            .map(recording)
+            .map(|(info, owner)| Recording {
+                owner_address: owner.clone(),
+                ..recording(info)
+            })
             .collect();
         Ok(Response::new(ListRecordingsResponse {
             recordings,
-            next_page_token: listing.next_page_token.unwrap_or_default(),
+            next_page_token: page.next_page_token.unwrap_or_default(),
+            unanswered_instances: page.unanswered,
         }))
     }
 
@@ -127,6 +147,7 @@ fn recording(info: &RecordingInfo) -> Recording {
         live_readers: u32::try_from(info.readers).unwrap_or(u32::MAX),
         producer_attached: info.producer_attached,
         tombstone: None,
+        owner_address: String::new(),
         location: match info.location {
             Place::Local => Location::Local,
             Place::LocalAndObjectStore => Location::LocalAndObjectStore,
@@ -158,6 +179,7 @@ fn buried(tombstone: &StoredTombstone) -> Recording {
             forgotten_at_ms: tombstone.forgotten_at_ms as i64,
         }),
         location: Location::Unspecified as i32,
+        owner_address: String::new(),
     }
 }
 

@@ -1,5 +1,5 @@
 //! Calls forwarded to the instance that holds a recording, over its Redis inbox: a cancel, a
-//! Get, a Delete. Each waits (at most [`FORWARD_TIMEOUT`]) for the owner's reply on this
+//! Get, a Delete; and a List, to every instance. Each waits (at most [`FORWARD_TIMEOUT`]) for the owner's reply on this
 //! instance's inbox; no reply means the owner is down, or cut off from Redis.
 use serde::{Deserialize, Serialize};
 use tokio::sync::oneshot;
@@ -7,7 +7,7 @@ use tokio::sync::oneshot;
 use super::inbox::Message;
 use super::{FORWARD_TIMEOUT, Locator, Owner};
 use crate::id::ConversationId;
-use crate::recorder::Found;
+use crate::recorder::{Found, Listing, Status};
 
 /// An owner's reply to a forwarded call.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,6 +18,8 @@ pub(super) enum Reply {
     Found(Option<Found>),
     /// To a Delete: whether a recording existed; `None` when it failed (it logged why).
     Deleted(Option<bool>),
+    /// To a List: a page of what the owner holds; `None` when it failed (it logged why).
+    Listed(Option<Listing>),
 }
 
 impl Locator {
@@ -36,7 +38,7 @@ impl Locator {
             id,
             wait,
         };
-        match self.ask(owner, ask).await? {
+        match self.ask(&owner.instance, ask).await? {
             Reply::Cancelled(accepted) => Some(accepted),
             _ => None,
         }
@@ -51,7 +53,7 @@ impl Locator {
             reply_to,
             id,
         };
-        match self.ask(owner, ask).await? {
+        match self.ask(&owner.instance, ask).await? {
             Reply::Found(found) => found,
             _ => None,
         }
@@ -66,15 +68,38 @@ impl Locator {
             reply_to,
             id,
         };
-        match self.ask(owner, ask).await? {
+        match self.ask(&owner.instance, ask).await? {
             Reply::Deleted(existed) => existed,
             _ => None,
         }
     }
 
-    /// Sends `owner` the message `ask` builds from a request number and this instance's
+    /// A page of the recordings `instance` holds itself (the object store's left out), as
+    /// [`Recorder::list`](crate::recorder::Recorder::list) gives it there; `None` if it did
+    /// not answer in time (or failed).
+    pub async fn forward_list(
+        &self,
+        instance: &str,
+        page_token: Option<String>,
+        page_size: usize,
+        only: Option<Status>,
+    ) -> Option<Listing> {
+        let ask = |request, reply_to| Message::List {
+            request,
+            reply_to,
+            page_token,
+            page_size: page_size as u32,
+            only,
+        };
+        match self.ask(instance, ask).await? {
+            Reply::Listed(listing) => listing,
+            _ => None,
+        }
+    }
+
+    /// Sends `instance` the message `ask` builds from a request number and this instance's
     /// inbox, and waits for the reply.
-    async fn ask(&self, owner: &Owner, ask: impl FnOnce(u64, String) -> Message) -> Option<Reply> {
+    async fn ask(&self, instance: &str, ask: impl FnOnce(u64, String) -> Message) -> Option<Reply> {
         let request = self
             .inner
             .next_request
@@ -82,7 +107,7 @@ impl Locator {
         let (reply, replied) = oneshot::channel();
         self.lock_waiting().insert(request, reply);
         let message = ask(request, self.inner.instance.clone());
-        let delivered = self.publish(&owner.instance, &message).await;
+        let delivered = self.publish(instance, &message).await;
         let reply = match delivered {
             // Nobody listens on the owner's inbox: it is down, or cut off from Redis.
             Some(0) | None => None,

@@ -9,6 +9,19 @@ pub(super) fn entry_key(key: u128) -> String {
     format!("{PREFIX}rec:{key:032x}")
 }
 
+/// The key under which instance `instance` announces its address while it runs.
+pub(super) fn instance_key(instance: &str) -> String {
+    format!("{PREFIX}instance:{instance}")
+}
+
+/// The pattern of every instance's announcement key.
+pub(super) const INSTANCE_PATTERN: &str = "tapedeck:instance:*";
+
+/// The instance id in announcement key `key`.
+pub(super) fn instance_of(key: &str) -> Option<&str> {
+    key.strip_prefix(PREFIX)?.strip_prefix("instance:")
+}
+
 /// The pub/sub channel instance `instance` listens on.
 pub(super) fn inbox(instance: &str) -> String {
     format!("{PREFIX}inbox:{instance}")

@@ -1,5 +1,5 @@
 //! Messages between instances, over Redis pub/sub: each instance listens on its own inbox
-//! for calls forwarded to it (a cancel, a Get, a Delete; it replies to each), replies to the
+//! for calls forwarded to it (a cancel, a Get, a Delete, a List; it replies to each), replies to the
 //! calls it forwarded, and notices that a newer recording on another instance superseded one
 //! of its own.
 use futures::StreamExt;
@@ -9,7 +9,7 @@ use tokio_util::sync::CancellationToken;
 use super::asks::Reply;
 use super::{FORWARDED_CANCEL_WAIT, Locator, back_off, entry, owner_token};
 use crate::id::ConversationId;
-use crate::recorder::{Found, Recorder};
+use crate::recorder::{Found, Listing, Recorder, Status};
 
 /// One message to an instance's inbox.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -47,6 +47,14 @@ pub(super) enum Message {
     },
     /// The reply to a forwarded call.
     Reply { request: u64, reply: Reply },
+    /// List a page of the recordings held here, replying as [`Message::Get`] does.
+    List {
+        request: u64,
+        reply_to: String,
+        page_token: Option<String>,
+        page_size: u32,
+        only: Option<Status>,
+    },
 }
 
 impl Message {
@@ -142,6 +150,24 @@ fn handle(locator: &Locator, recorder: &Recorder, payload: &[u8]) {
                 id,
             } => {
                 let reply = Reply::Deleted(delete(&recorder, &id).await);
+                locator
+                    .publish(&reply_to, &Message::Reply { request, reply })
+                    .await;
+            }
+            Message::List {
+                request,
+                reply_to,
+                page_token,
+                page_size,
+                only,
+            } => {
+                let listed = recorder
+                    .list(page_token.as_deref(), page_size as usize, only)
+                    .await
+                    .map(Listing::local_only)
+                    .inspect_err(|err| tracing::warn!(error = %err, "forwarded List failed"))
+                    .ok();
+                let reply = Reply::Listed(listed);
                 locator
                     .publish(&reply_to, &Message::Reply { request, reply })
                     .await;

@@ -230,6 +230,58 @@ impl Locator {
         )
     }
 
+    /// Announces this instance's address for [`LIVE_TTL`]: the registrar does so at each
+    /// refresh, so the announcement lapses soon after the instance is gone. Whether Redis
+    /// answered.
+    async fn announce(&self) -> bool {
+        let mut cmd = redis::cmd("SET");
+        cmd.arg(entry::instance_key(&self.inner.instance))
+            .arg(&self.inner.address)
+            .arg("PX")
+            .arg(LIVE_TTL.as_millis() as u64);
+        self.query::<()>(&cmd).await.is_some()
+    }
+
+    /// Every other instance running on this Redis (announced within [`LIVE_TTL`]): its id and
+    /// address; `None` when Redis did not answer in time. A `SCAN` of the announcement keys:
+    /// one round trip per hundred instances.
+    pub async fn other_instances(&self) -> Option<Vec<(String, String)>> {
+        let mut keys = Vec::new();
+        let mut cursor: u64 = 0;
+        loop {
+            let mut cmd = redis::cmd("SCAN");
+            cmd.arg(cursor)
+                .arg("MATCH")
+                .arg(entry::INSTANCE_PATTERN)
+                .arg("COUNT")
+                .arg(100);
+            let (next, found): (u64, Vec<String>) = self.query(&cmd).await?;
+            keys.extend(found);
+            if next == 0 {
+                break;
+            }
+            cursor = next;
+        }
+        keys.retain(|key| entry::instance_of(key) != Some(self.inner.instance.as_str()));
+        if keys.is_empty() {
+            return Some(Vec::new());
+        }
+        let mut cmd = redis::cmd("MGET");
+        cmd.arg(&keys);
+        let addresses: Vec<Option<String>> = self.query(&cmd).await?;
+        Some(
+            keys.iter()
+                .zip(addresses)
+                .filter_map(|(key, address)| Some((entry::instance_of(key)?.to_string(), address?)))
+                .collect(),
+        )
+    }
+
+    /// This instance's advertised address.
+    pub fn address(&self) -> &str {
+        &self.inner.address
+    }
+
     /// Publishes `message` to `instance`'s inbox; how many listeners got it, or `None` when
     /// Redis did not answer in time.
     async fn publish(&self, instance: &str, message: &inbox::Message) -> Option<usize> {

@@ -94,6 +94,9 @@ enum Wanted {
 impl Registrar {
     /// Registers every recording stored here, a page at a time. False if Redis failed.
     async fn register_all(&mut self) -> bool {
+        if !self.locator.announce().await {
+            return false;
+        }
         let mut token: Option<String> = None;
         loop {
             let page = match self
@@ -148,6 +151,7 @@ impl Registrar {
     /// Writes the live entries again before they expire, retries what failed, and forgets
     /// entries that have expired by now.
     async fn refresh(&mut self) {
+        self.locator.announce().await;
         let now = Instant::now();
         self.owned.retain(|_, written| written.expires > now);
         let live: Vec<(u128, Wanted)> = self

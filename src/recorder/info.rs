@@ -76,7 +76,7 @@ pub enum Found {
 }
 
 /// One page of recordings.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Listing {
     /// The recordings, in start order.
     pub recordings: Vec<RecordingInfo>,
@@ -107,6 +107,27 @@ pub(super) async fn get(deck: &Deck, id: &ConversationId) -> Result<Found> {
             None => Found::Unknown,
         },
     })
+}
+
+impl Listing {
+    /// The page without its way on to the object store's pages: it ends where this
+    /// instance's own recordings end (another instance lists the object store itself).
+    pub fn local_only(mut self) -> Listing {
+        if self.next_page_token.as_deref() == Some(OBJECT_STORE_PAGES) {
+            self.next_page_token = None;
+        }
+        self
+    }
+
+    /// Whether `token` pages through the recordings only the object store holds.
+    pub fn is_object_store_token(token: &str) -> bool {
+        token.starts_with(OBJECT_STORE_PAGES)
+    }
+
+    /// The token of the object store's first page.
+    pub fn object_store_start() -> String {
+        OBJECT_STORE_PAGES.to_string()
+    }
 }
 
 pub(super) async fn list(

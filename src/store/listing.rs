@@ -29,6 +29,17 @@ pub struct PageToken {
 }
 
 impl PageToken {
+    /// The token of a page that goes on after the recording of conversation `key` that
+    /// started at `created_ms`.
+    pub fn after(created_ms: u64, key: u128) -> Self {
+        Self { created_ms, key }
+    }
+
+    /// Where the page goes on after: (start time, conversation key), in listing order.
+    pub fn position(&self) -> (u64, u128) {
+        (self.created_ms, self.key)
+    }
+
     /// The token as clients carry it: 48 hex digits.
     pub fn encode(&self) -> String {
         format!("{:016x}{:032x}", self.created_ms, self.key)
