@@ -120,9 +120,24 @@ pub async fn run(
         None => None,
     };
     let guard = Guard::new(&config.access)?;
+    let locator = match &config.locator {
+        Some(settings) => {
+            let locator = Locator::new(settings, &config.data_dir)?;
+            locator.start(&recorder, &lifecycle.stop);
+            Some(locator)
+        }
+        None => None,
+    };
     let face = http_listener.is_some().then(|| {
         let cluster = cluster.as_ref().map(|served| served.cluster.clone());
-        crate::http::HttpFace::new(recorder.clone(), guard.clone(), config.http_bounds, cluster)
+        let bounds = config.http_bounds;
+        crate::http::HttpFace::new(
+            recorder.clone(),
+            guard.clone(),
+            bounds,
+            cluster,
+            locator.clone(),
+        )
     });
     if let Some(served) = &cluster {
         let streams = face.as_ref().map(|face| face.streams().clone());
@@ -149,14 +164,6 @@ pub async fn run(
         config.idle_timeout,
         lifecycle.stop.clone(),
     ));
-    let locator = match &config.locator {
-        Some(settings) => {
-            let locator = Locator::new(settings, &config.data_dir)?;
-            locator.start(&recorder, &lifecycle.stop);
-            Some(locator)
-        }
-        None => None,
-    };
     let http = http_listener.zip(face).map(|(http_listener, face)| {
         let stop = lifecycle.stop.clone();
         tokio::spawn(crate::http::serve(

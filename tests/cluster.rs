@@ -813,3 +813,49 @@ async fn list_on_any_instance_shows_what_every_instance_holds_with_its_owner() {
     assert!(status.success(), "{err}");
     assert!(err.contains(&down), "{err}");
 }
+
+/// An instance on `redis` serving its HTTP face too, advertised to the others.
+fn spawn_with_http(data_dir: &std::path::Path, redis: &RedisServer) -> (BinaryServer, String) {
+    let http = common::free_port().to_string();
+    let args = ["--http-listen", &http, "--advertised-http-address", &http];
+    let (server, _log) = BinaryServer::spawn_in_cluster(data_dir, &redis.url(), &args);
+    (server, http)
+}
+
+#[tokio::test]
+async fn the_http_face_of_any_instance_serves_the_streams_another_holds() {
+    let redis = RedisServer::start();
+    let (a_dir, b_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (a, a_http) = spawn_with_http(a_dir.path(), &redis);
+    let (_b, b_http) = spawn_with_http(b_dir.path(), &redis);
+    // The Durable Streams project's client and the browser's EventSource: every stream
+    // written through A's face, and read through B's, live and as catch-up, byte for byte.
+    let bases = [format!("http://{a_http}"), format!("http://{b_http}")];
+    tokio::task::spawn_blocking(move || {
+        common::node_clients::durable_streams_read_back_what_they_wrote(&bases)
+    })
+    .await
+    .unwrap();
+
+    // A stream whose owner is down: B says so, naming the owner's face.
+    let http = reqwest::Client::new();
+    let stream = format!("http://{a_http}/v1/stream/cl-down");
+    let created = http
+        .put(&stream)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let through_b = format!("http://{b_http}/v1/stream/cl-down?offset=-1");
+    eventually("B to pass the read to A", || async {
+        let answer = http.get(&through_b).send().await.ok()?;
+        (answer.status() == 200).then_some(())
+    })
+    .await;
+    a.kill();
+    let answer = http.get(&through_b).send().await.unwrap();
+    assert_eq!(answer.status(), 503);
+    let text = answer.text().await.unwrap();
+    assert!(text.contains(&a_http), "{text}");
+}

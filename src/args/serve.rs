@@ -141,6 +141,12 @@ pub(crate) struct ServeArgs {
     /// The host:port other instances redirect clients to (required with --redis-url).
     #[arg(long, env = "TAPEDECK_ADVERTISED_ADDRESS", value_parser = parse_advertised)]
     pub(super) advertised_address: Option<String>,
+    /// This instance's HTTP face as other instances reach it, `host:port`: with it, an HTTP
+    /// request about a stream another instance holds is passed to that instance's face (with
+    /// --redis-url). Default: none (such a request is answered here: 404).
+    #[arg(long, env = "TAPEDECK_ADVERTISED_HTTP_ADDRESS", value_parser = parse_advertised,
+          requires = "redis_url")]
+    pub(super) advertised_http_address: Option<String>,
     /// Seal ended recordings into an object store, `s3://BUCKET/PREFIX` (credentials, region
     /// and endpoint from AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_REGION,
     /// AWS_ENDPOINT_URL, AWS_ALLOW_HTTP) or `file:///PATH`, and serve from there what is not

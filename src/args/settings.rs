@@ -98,6 +98,7 @@ impl ServeArgs {
                 |(redis_url, advertised_address)| LocatorConfig {
                     redis_url,
                     advertised_address,
+                    advertised_http_address: self.advertised_http_address,
                 },
             ),
             object_store: self.object_store,

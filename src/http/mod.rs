@@ -11,12 +11,15 @@
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
 //! - `forward`: on a node of a cluster that does not lead, writes run by the leader's face.
+//! - `elsewhere`: with several instances on one Redis, requests about a stream another
+//!   instance holds passed to its face.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
 mod access;
 mod connections;
 mod cursor;
+mod elsewhere;
 pub(crate) mod failure;
 mod forward;
 mod json;
@@ -43,6 +46,7 @@ use crate::access::{Guard, Operation};
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
+use crate::locator::Locator;
 use crate::recorder::Recorder;
 use crate::recorder::streams::{AppendAsk, CreateAsk, ForkAsk, Streams};
 use offset::ReadFrom;
@@ -65,16 +69,22 @@ pub struct HttpFace {
     slow_bodies: connections::Warning,
     /// The cluster this node is part of, if any: its writes are made by the leader.
     cluster: Option<Cluster>,
+    /// With several instances on one Redis: where streams other instances hold are, and the
+    /// client that passes requests about them on (see `elsewhere`).
+    locator: Option<Locator>,
+    passing: elsewhere::Passing,
 }
 
 impl HttpFace {
     /// A face over `recorder`, admitting the callers `guard` does, within `bounds`; on a node
-    /// of `cluster`, if given.
+    /// of `cluster`, if given; passing requests about streams other instances hold to them,
+    /// with a `locator`.
     pub fn new(
         recorder: Recorder,
         guard: Guard,
         bounds: Bounds,
         cluster: Option<Cluster>,
+        locator: Option<Locator>,
     ) -> Arc<Self> {
         Arc::new(Self {
             streams: Arc::new(Streams::new(recorder.clone())),
@@ -83,6 +93,8 @@ impl HttpFace {
             bounds,
             slow_bodies: connections::Warning::default(),
             cluster,
+            locator,
+            passing: elsewhere::passing(),
         })
     }
 
@@ -234,6 +246,11 @@ async fn dispatch(
     let span = tracing::error_span!("request", method = %request.method(), path = %path);
     if let Some(cluster) = face.forwards(&request) {
         return face.forward(cluster, request).instrument(span).await;
+    }
+    if let Some(finding) = face.held_elsewhere(&path, &request)
+        && let Some(owner) = finding.await
+    {
+        return face.pass(&owner, request).instrument(span).await;
     }
     match face.handle(path, request).instrument(span).await {
         Ok(reply) | Err(reply) => reply.into_response(),

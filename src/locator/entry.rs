@@ -34,6 +34,8 @@ pub(super) struct Claim {
     pub instance: String,
     /// The address other instances redirect to (`--advertised-address`).
     pub address: String,
+    /// Where other instances send HTTP requests (`--advertised-http-address`); may be empty.
+    pub http: String,
     /// Unique per recording: `instance:generation`. Compare-and-delete checks it.
     pub owner: String,
     /// When the recording started, in ms since the epoch: the later start is the newer owner.
@@ -71,6 +73,8 @@ pub struct Owner {
     pub instance: String,
     /// The owner's advertised address, `host:port`.
     pub address: String,
+    /// The owner's HTTP face, `host:port`, when it advertises one.
+    pub http: Option<String>,
     /// Whether the recording is live there.
     pub live: bool,
 }
@@ -89,7 +93,7 @@ if cur[1] and cur[1] ~= owner then
   end
 end
 redis.call('HSET', KEYS[1], 'owner', owner, 'started', ARGV[2], 'instance', ARGV[3],
-  'address', ARGV[4], 'status', ARGV[5])
+  'address', ARGV[4], 'status', ARGV[5], 'http', ARGV[7] or '')
 redis.call('PEXPIRE', KEYS[1], ARGV[6])
 if cur[1] and cur[1] ~= owner then
   return {1, cur[3] or '', cur[1], cur[4] or ''}
@@ -145,7 +149,8 @@ pub(super) fn add_claim(pipe: &mut redis::Pipeline, script: &Lua, key: u128, cla
         .arg(&claim.instance)
         .arg(&claim.address)
         .arg(claim.status)
-        .arg(claim.ttl_ms.max(1));
+        .arg(claim.ttl_ms.max(1))
+        .arg(&claim.http);
 }
 
 /// Adds the compare-and-delete of conversation `key`'s entry, if `owner` holds it, to `pipe`.
@@ -175,7 +180,8 @@ pub(super) fn claimed(answer: &[redis::Value]) -> Claimed {
     }
 }
 
-/// Reads an entry's `instance`, `address` and `status` fields, as `HMGET` returns them.
+/// Reads an entry's `instance`, `address`, `status` and `http` fields, as `HMGET` returns
+/// them.
 pub(super) fn owner(fields: Vec<Option<String>>) -> Option<Owner> {
     let mut fields = fields.into_iter();
     let (Some(Some(instance)), Some(Some(address)), Some(status)) =
@@ -186,12 +192,14 @@ pub(super) fn owner(fields: Vec<Option<String>>) -> Option<Owner> {
     Some(Owner {
         instance,
         address,
+        // Entries of earlier builds have no `http`; an empty one advertises none.
+        http: fields.next().flatten().filter(|http| !http.is_empty()),
         live: status.as_deref() == Some("recording"),
     })
 }
 
 /// The fields [`owner`] reads, in order.
-pub(super) const OWNER_FIELDS: [&str; 3] = ["instance", "address", "status"];
+pub(super) const OWNER_FIELDS: [&str; 4] = ["instance", "address", "status", "http"];
 
 #[cfg(test)]
 mod tests {
@@ -229,15 +237,24 @@ mod tests {
             Some("a".into()),
             Some("h:1".into()),
             Some("completed".into()),
+            Some("h:2".into()),
         ];
         assert_eq!(
             owner(full),
             Some(Owner {
                 instance: "a".into(),
                 address: "h:1".into(),
+                http: Some("h:2".into()),
                 live: false
             })
         );
-        assert_eq!(owner(vec![None, None, None]), None);
+        let no_http = vec![
+            Some("a".into()),
+            Some("h:1".into()),
+            None,
+            Some(String::new()),
+        ];
+        assert_eq!(owner(no_http).unwrap().http, None);
+        assert_eq!(owner(vec![None, None, None, None]), None);
     }
 }

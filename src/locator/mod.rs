@@ -50,6 +50,9 @@ pub struct LocatorConfig {
     pub redis_url: String,
     /// `host:port` other instances redirect clients to.
     pub advertised_address: String,
+    /// `host:port` of this instance's HTTP face, where other instances send HTTP requests
+    /// about the streams it holds (`--advertised-http-address`); none: they answer 404.
+    pub advertised_http_address: Option<String>,
 }
 
 impl LocatorConfig {
@@ -70,6 +73,7 @@ impl std::fmt::Debug for LocatorConfig {
         f.debug_struct("LocatorConfig")
             .field("redis_url", &self.redacted_url())
             .field("advertised_address", &self.advertised_address)
+            .field("advertised_http_address", &self.advertised_http_address)
             .finish()
     }
 }
@@ -96,6 +100,8 @@ struct Inner {
     /// This instance's id, kept in the data dir so that it survives restarts.
     instance: String,
     address: String,
+    /// This instance's HTTP face as others reach it; empty when not advertised.
+    http_address: String,
     claim: entry::Lua,
     release: entry::Lua,
     /// Whether the last call to Redis succeeded; flips are logged, once each.
@@ -148,6 +154,7 @@ impl Locator {
                 conn,
                 instance: instance_id(data_dir)?,
                 address: config.advertised_address.clone(),
+                http_address: config.advertised_http_address.clone().unwrap_or_default(),
                 claim: entry::claim_script(),
                 release: entry::release_script(),
                 reachable: AtomicBool::new(true),
@@ -414,6 +421,7 @@ mod tests {
         let config = LocatorConfig {
             redis_url: "redis://user:hunter2@10.0.0.5:6379/2".into(),
             advertised_address: "10.0.0.1:9090".into(),
+            advertised_http_address: None,
         };
         assert_eq!(config.redacted_url(), "redis://***@10.0.0.5:6379/2");
         assert!(!format!("{config:?}").contains("hunter2"));

@@ -194,6 +194,7 @@ impl Registrar {
         Wanted::Claim(Claim {
             instance: locator.instance.clone(),
             address: locator.address.clone(),
+            http: locator.http_address.clone(),
             owner: owner_token(&locator.instance, meta.generation),
             started_ms: meta.created_ms,
             status: meta.status.as_str(),
