@@ -827,7 +827,7 @@ async fn the_http_face_of_any_instance_serves_the_streams_another_holds() {
     let redis = RedisServer::start();
     let (a_dir, b_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
     let (a, a_http) = spawn_with_http(a_dir.path(), &redis);
-    let (_b, b_http) = spawn_with_http(b_dir.path(), &redis);
+    let (b, b_http) = spawn_with_http(b_dir.path(), &redis);
     // The Durable Streams project's client and the browser's EventSource: every stream
     // written through A's face, and read through B's, live and as catch-up, byte for byte.
     let bases = [format!("http://{a_http}"), format!("http://{b_http}")];
@@ -853,6 +853,8 @@ async fn the_http_face_of_any_instance_serves_the_streams_another_holds() {
         (answer.status() == 200).then_some(())
     })
     .await;
+    // A stream made over HTTP is registered like a gRPC recording: found from B's gRPC too.
+    wait_redirected(&b, b"cl-down", &a.addr.to_string()).await;
     a.kill();
     let answer = http.get(&through_b).send().await.unwrap();
     assert_eq!(answer.status(), 503);
