@@ -355,13 +355,18 @@ async fn a_producer_resume_on_another_instance_is_sent_to_the_owner() {
     };
     assert_eq!(legacy_redirect(&err), Some(cluster.addr(0)), "{err:?}");
 
-    // At the owner, the resume goes through.
-    let resumed = Recording::resume(&a.recorder().await, b"chat-p", 14).await;
-    resumed.send(", after").await;
-    assert_eq!(
-        resumed.complete().await.unwrap().status,
-        RecordStatus::Success as i32
-    );
+    // tapedeck's own client, asked on B, resumes at the owner (Get says where).
+    use tapedeck::client::{Client, ClientConfig, RecordOptions};
+    let client = Client::connect(ClientConfig::new(cluster.addr(1)))
+        .await
+        .unwrap();
+    let options = RecordOptions {
+        resume_from: Some(14),
+        ..RecordOptions::default()
+    };
+    let resumed = client.record(b"chat-p", options).await.unwrap();
+    resumed.send(", after").await.unwrap();
+    resumed.complete().await.unwrap();
     let text = replay_text(&a.recorder().await, b"chat-p")
         .await
         .unwrap()

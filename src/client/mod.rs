@@ -173,12 +173,21 @@ impl Client {
     }
 
     /// Opens a producer session on conversation `id`: a new recording, or a resume (see
-    /// [`RecordOptions`]). Chunks are sent with [`Recording::send`], which waits when the
-    /// server is behind.
+    /// [`RecordOptions`]; a resume is opened on the instance that holds the recording).
+    /// Chunks are sent with [`Recording::send`], which waits when the server is behind.
     ///
     /// Fails with `UNAVAILABLE` when the call cannot be opened; the server's refusals come back
     /// from [`Recording::send`] or [`Recording::complete`].
     pub async fn record(&self, id: &[u8], options: RecordOptions) -> Result<Recording, Status> {
+        // A resume goes to the instance that holds the recording (several instances behind one
+        // address): Get says which, when it is another one.
+        if options.resume_from.is_some()
+            && let Ok(info) = self.get(id).await
+            && !info.owner_address.is_empty()
+        {
+            let owner = self.redirected(&info.owner_address).await?;
+            return Recording::open(owner.recorder(), id, options).await;
+        }
         Recording::open(self.recorder(), id, options).await
     }
 

@@ -25,8 +25,8 @@ pub(super) async fn route(
 pub(super) enum Forwarded<T> {
     /// Not forwarded: the recording is here, or no other instance registered it.
     NotNeeded,
-    /// The owner's answer.
-    Answered(T),
+    /// The owner's answer, and the owner's address.
+    Answered(T, String),
     /// The owner did not answer in time: it is at this address.
     Unanswered(String),
 }
@@ -90,7 +90,7 @@ where
         Route::There(owner) => {
             let address = owner.address.clone();
             match ask(locator, owner).await {
-                Some(answer) => Forwarded::Answered(answer),
+                Some(answer) => Forwarded::Answered(answer, address),
                 None => Forwarded::Unanswered(address),
             }
         }

@@ -129,7 +129,7 @@ impl ResponseRecorderService for RecorderService {
         let locator = self.locator.as_ref();
         let accepted = match forward_cancel(locator, &self.recorder, &id, false).await {
             Forwarded::NotNeeded => self.recorder.cancel(&id).await?,
-            Forwarded::Answered(accepted) => accepted,
+            Forwarded::Answered(accepted, _) => accepted,
             // The owner did not answer in time: the client is sent there.
             Forwarded::Unanswered(redirect_address) => {
                 return Ok(Response::new(CancelRecordResponse {

@@ -47,13 +47,17 @@ impl Recordings for RecordingsService {
         let principal = principal(&self.guard, request.metadata())?;
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Replay, &id)?;
-        let found = match forward_get(self.locator.as_ref(), &self.recorder, &id).await {
-            Forwarded::NotNeeded => self.recorder.get(&id).await?,
-            Forwarded::Answered(found) => found,
+        let (found, owner) = match forward_get(self.locator.as_ref(), &self.recorder, &id).await {
+            Forwarded::NotNeeded => (self.recorder.get(&id).await?, String::new()),
+            Forwarded::Answered(found, owner) => (found, owner),
             Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
         };
         match found {
-            Found::Recording(info) => Ok(Response::new(recording(&info))),
+            // Held elsewhere: where (a producer resumes there).
+            Found::Recording(info) => Ok(Response::new(Recording {
+                owner_address: owner,
+                ..recording(&info)
+            })),
             Found::Gone(tombstone) => Ok(Response::new(buried(&tombstone))),
             Found::Unknown => Err(Error::RecordingNotFound {
                 id: id.to_string(),
@@ -116,7 +120,7 @@ impl Recordings for RecordingsService {
         principal.authorize(Operation::Delete, &id)?;
         let existed = match forward_delete(self.locator.as_ref(), &self.recorder, &id).await {
             Forwarded::NotNeeded => self.recorder.delete(&id).await?,
-            Forwarded::Answered(existed) => existed,
+            Forwarded::Answered(existed, _) => existed,
             // It may or may not have been deleted: never "nothing to delete".
             Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
         };

@@ -146,7 +146,7 @@ impl ResponseResumerService for ResumerService {
         let locator = self.locator.as_ref();
         let accepted = match forward_cancel(locator, &self.recorder, &id, true).await {
             Forwarded::NotNeeded => self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?,
-            Forwarded::Answered(accepted) => accepted,
+            Forwarded::Answered(accepted, _) => accepted,
             // The owner did not answer in time: the client is sent there.
             Forwarded::Unanswered(address) => {
                 let id = id.to_string();
