@@ -452,6 +452,20 @@ async fn redis_dying_leaves_every_instance_serving_and_they_converge_when_it_ret
     wait_live_at(b, &[b"chat-during", b"chat-before"], &[b"chat-during"]).await;
     let a = &cluster.instances[0].server;
     assert_eq!(replay_redirect(a, b"chat-before").await.unwrap(), "");
+    // Get and List answer from what each instance holds: B knows nothing of A's recording.
+    let get = tapedeck::pb::tapedeck::GetRecordingRequest {
+        conversation_id: b"chat-before".to_vec(),
+    };
+    let err = b.recordings().await.get(get).await.unwrap_err();
+    assert_eq!(err.code(), Code::NotFound, "{err:?}");
+    let list = tapedeck::pb::tapedeck::ListRecordingsRequest::default();
+    let page = b.recordings().await.list(list).await.unwrap().into_inner();
+    let ids: Vec<&[u8]> = page
+        .recordings
+        .iter()
+        .map(|r| &r.conversation_id[..])
+        .collect();
+    assert_eq!(ids, [b"chat-during".as_slice()]);
 
     cluster.redis.restart();
     // Redis came back empty: everything is registered again, by every instance.
