@@ -4,10 +4,30 @@ use std::net::SocketAddr;
 
 use super::{RecorderClient, ResumerClient, recorder_client, resumer_client};
 
+/// Where [`free_port`] picks from: below Linux's ephemeral range (32768-60999), from which the
+/// kernel hands out the local ports of outgoing connections and of `bind` to port 0. A port
+/// picked there could be taken by any connection a test opens before the server binds it; here
+/// only another picker could take it.
+const PICKED_PORTS: std::ops::Range<u16> = 20_000..32_000;
+
 /// A loopback address with a port that was free a moment ago: bound, read, released.
 pub(crate) fn free_port() -> SocketAddr {
-    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-    listener.local_addr().unwrap()
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    // Test processes run side by side: each starts at its own place in the range.
+    let seed = u64::from(std::process::id()).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+        ^ std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |since| since.as_nanos() as u64);
+    let span = u64::from(PICKED_PORTS.end - PICKED_PORTS.start);
+    for _ in 0..span {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let port = PICKED_PORTS.start + (seed.wrapping_add(n.wrapping_mul(7_919)) % span) as u16;
+        if let Ok(listener) = std::net::TcpListener::bind(("127.0.0.1", port)) {
+            return listener.local_addr().unwrap();
+        }
+    }
+    panic!("no free loopback port in {PICKED_PORTS:?}")
 }
 
 /// A loopback TCP proxy in front of a server whose connections can be cut at once, the way a
