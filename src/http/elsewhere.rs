@@ -31,7 +31,7 @@ const REGISTRATION_WAIT: std::time::Duration = std::time::Duration::from_millis(
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// Headers of one connection, not of the request or response they carry (RFC 9110, 7.6.1),
-/// and those this face sets itself (CORS; the owner's would be doubled).
+/// and `host` (the client names the owner's).
 const NOT_PASSED: [&str; 8] = [
     "connection",
     "keep-alive",
