@@ -22,8 +22,8 @@ pub(super) enum Message {
         id: Vec<u8>,
         wait: bool,
     },
-    /// The answer to a forwarded cancel (kept for instances of earlier builds, which send
-    /// it; this build replies with [`Message::Reply`]).
+    /// The answer to a forwarded cancel (as earlier builds, which know no [`Message::Reply`],
+    /// send and expect it).
     Answer { request: u64, accepted: bool },
     /// A newer recording of conversation `key`, on the instance at `by`, replaced the entry
     /// of this instance's recording `owner`: that recording ends as superseded.
@@ -129,9 +129,10 @@ fn handle(locator: &Locator, recorder: &Recorder, payload: &[u8]) {
                 id,
                 wait,
             } => {
-                let reply = Reply::Cancelled(cancel(&recorder, &id, wait).await);
+                // Answered as earlier builds answer, so that they understand it.
+                let accepted = cancel(&recorder, &id, wait).await;
                 locator
-                    .publish(&reply_to, &Message::Reply { request, reply })
+                    .publish(&reply_to, &Message::Answer { request, accepted })
                     .await;
             }
             Message::Get {
