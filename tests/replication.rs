@@ -310,8 +310,30 @@ async fn a_node_stopped_and_started_again_keeps_every_chunk() {
     for token in &tokens {
         recording.send(token).await;
     }
-    // The tokens committed (no ack tells when), then applied on every node.
-    tokio::time::sleep(Duration::from_secs(1)).await;
+    // The tokens committed (no ack tells when: the leader's Get does), then applied on every
+    // node.
+    let length = tokens.concat().len() as u64;
+    let recordings = trio.nodes[&leader].recordings().await;
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let get = tapedeck::pb::tapedeck::GetRecordingRequest {
+            conversation_id: b"stopped".to_vec(),
+        };
+        // NOT_FOUND until its start is committed.
+        let got = recordings
+            .clone()
+            .get(get)
+            .await
+            .map(|got| got.into_inner());
+        if got.as_ref().is_ok_and(|got| got.byte_length == length) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "not committed: {got:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     trio.converged(WAIT).await;
     trio.stop(follower).await;
     trio.restart(follower);
@@ -349,11 +371,7 @@ async fn a_wiped_node_behind_the_purged_log_catches_up_from_a_snapshot() {
     trio.wipe(follower);
     trio.restart(follower);
     trio.all_vote(WAIT).await;
-    assert!(
-        !trio.lines_with("installed a snapshot").is_empty(),
-        "the wiped node was not sent a snapshot; its last words:\n{}",
-        trio.last_lines(20)
-    );
+    trio.assert_a_snapshot_was_installed();
     let answer = live.complete().await.unwrap();
     assert_eq!(answer.status, tapedeck::pb::RecordStatus::Success as i32);
     trio.converged(WAIT).await;

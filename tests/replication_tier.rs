@@ -70,11 +70,7 @@ async fn a_snapshot_leaves_out_what_the_object_store_holds() {
     trio.wipe(follower);
     trio.restart(follower);
     trio.all_vote(WAIT).await;
-    assert!(
-        !trio.lines_with("installed a snapshot").is_empty(),
-        "the wiped node was not sent a snapshot; the nodes' last words:\n{}",
-        trio.last_lines(20)
-    );
+    trio.assert_a_snapshot_was_installed();
     let snapshot = trio.data_dir(follower).join("raft").join("snapshot");
     let size = std::fs::metadata(&snapshot).unwrap().len();
     eprintln!("the snapshot the wiped node received: {size} bytes");

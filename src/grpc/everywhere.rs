@@ -12,7 +12,7 @@ use std::collections::HashMap;
 use crate::error::Result;
 use crate::id::ConversationId;
 use crate::locator::Locator;
-use crate::recorder::{DEFAULT_PAGE_SIZE, Listing, MAX_PAGE_SIZE, Recorder, RecordingInfo, Status};
+use crate::recorder::{Listing, Recorder, RecordingInfo, Status, page_limit};
 use crate::store::PageToken;
 
 /// A page of the recordings of every instance.
@@ -34,10 +34,7 @@ pub(super) async fn list(
     page_size: usize,
     only: Option<Status>,
 ) -> Result<Everywhere> {
-    let limit = match page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        size => size.min(MAX_PAGE_SIZE),
-    };
+    let limit = page_limit(page_size);
     // Past the instances' own recordings: the object store's pages, listed here alone.
     if page_token.is_some_and(Listing::is_object_store_token) {
         let listing = recorder.list(page_token, limit, only).await?;

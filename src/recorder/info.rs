@@ -130,16 +130,22 @@ impl Listing {
     }
 }
 
+/// The rows a page asked for with `page_size` holds at most: the default for 0, never more
+/// than [`MAX_PAGE_SIZE`].
+pub fn page_limit(page_size: usize) -> usize {
+    match page_size {
+        0 => DEFAULT_PAGE_SIZE,
+        size => size.min(MAX_PAGE_SIZE),
+    }
+}
+
 pub(super) async fn list(
     deck: &Deck,
     page_token: Option<&str>,
     page_size: usize,
     only: Option<Status>,
 ) -> Result<Listing> {
-    let limit = match page_size {
-        0 => DEFAULT_PAGE_SIZE,
-        size => size.min(MAX_PAGE_SIZE),
-    };
+    let limit = page_limit(page_size);
     if let Some(tier) = deck.tier()
         && let Some(after) = page_token.and_then(|token| token.strip_prefix(OBJECT_STORE_PAGES))
     {

@@ -29,7 +29,9 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use changes::Changes;
-pub use info::{DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo};
+pub use info::{
+    DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo, page_limit,
+};
 pub use limits::SizeRefused;
 pub use producer::{Producer, Stopped, not_completed_message};
 pub use registry::{Deck, LivePolicy, OnConflict};

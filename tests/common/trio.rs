@@ -208,6 +208,15 @@ impl Trio {
 }
 
 impl Trio {
+    /// Fails the test unless some node installed a snapshot sent to it.
+    pub(crate) fn assert_a_snapshot_was_installed(&self) {
+        assert!(
+            !self.lines_with("installed a snapshot").is_empty(),
+            "no node was sent a snapshot; the nodes' last words:\n{}",
+            self.last_lines(20)
+        );
+    }
+
     /// The last `n` lines each node logged.
     pub(crate) fn last_lines(&self, n: usize) -> String {
         self.logs
