@@ -1,6 +1,7 @@
 //! Several instances on one Redis and one object store: an ended recording whose owner is gone
 //! is served by any instance from its sealed copy, on both gRPC APIs, instead of a redirect to
-//! an address no one answers.
+//! an address no one answers; and a listing from any instance shows it once, from its owner
+//! while that runs, from the object store after.
 mod common;
 
 use std::time::Duration;
@@ -9,7 +10,7 @@ use common::redis_server::RedisServer;
 use common::{BinaryServer, Recording, WAIT, replay_text};
 use redis::AsyncCommands;
 use tapedeck::pb::ReplayResponseTokensRequest;
-use tapedeck::pb::tapedeck::{GetRecordingRequest, Location};
+use tapedeck::pb::tapedeck::{GetRecordingRequest, ListRecordingsRequest, Location};
 
 /// Polls `server`'s Get of `id` until its recording is sealed (kept locally and in the object
 /// store).
@@ -25,6 +26,30 @@ async fn wait_sealed(server: &BinaryServer, id: &[u8]) {
         }
         assert!(tokio::time::Instant::now() < deadline, "never sealed");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Every row `server` lists, paging through its own, the other instances' and the object
+/// store's pages: (id, owner address) in order.
+async fn list_all(server: &BinaryServer) -> Vec<(String, String)> {
+    let mut rows = Vec::new();
+    let mut page_token = String::new();
+    loop {
+        let request = ListRecordingsRequest {
+            status: 0,
+            page_size: 1,
+            page_token,
+        };
+        let page = server.recordings().await.list(request).await.unwrap();
+        let page = page.into_inner();
+        rows.extend(page.recordings.into_iter().map(|row| {
+            let id = String::from_utf8(row.conversation_id).unwrap();
+            (id, row.owner_address)
+        }));
+        if page.next_page_token.is_empty() {
+            return rows;
+        }
+        page_token = page.next_page_token;
     }
 }
 
@@ -62,7 +87,22 @@ async fn an_ended_recording_whose_owner_is_gone_is_served_from_the_object_store(
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Listed once from B: from A, which keeps its row, not again from the object store.
+    let a_address = a.addr.to_string();
+    let from_a = vec![("owner-gone".to_string(), a_address.clone())];
+    assert_eq!(list_all(&b).await, from_a);
     a.kill();
+    // A's announcement lapses 10 s after it stopped renewing it; dropped here, as it would be
+    // then. B then lists the recording from the object store, which names no owner.
+    let announcements: Vec<String> = redis.keys("tapedeck:instance:*").await.unwrap();
+    for key in announcements {
+        let address: String = redis.get(&key).await.unwrap();
+        if address == a_address {
+            let _: () = redis.del(&key).await.unwrap();
+        }
+    }
+    let from_objects = vec![("owner-gone".to_string(), String::new())];
+    assert_eq!(list_all(&b).await, from_objects);
 
     // Redis still names A, which no longer answers: B serves the copy itself.
     let replayed = replay_text(&b.recorder().await, id).await.unwrap();

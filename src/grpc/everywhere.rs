@@ -7,7 +7,7 @@
 //! Cost: a page of N rows reads up to N rows on each instance, and waits for the slowest
 //! (at most the forwarding timeout, 3 s; an instance that does not answer in time is named in
 //! the response, and its rows are missing from the page).
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::error::Result;
 use crate::id::ConversationId;
@@ -38,13 +38,9 @@ pub(super) async fn list(
     // Past the instances' own recordings: the object store's pages, listed here alone.
     if page_token.is_some_and(Listing::is_object_store_token) {
         let listing = recorder.list(page_token, limit, only).await?;
-        let rows = listing
-            .recordings
-            .into_iter()
-            .map(|info| (info, String::new()))
-            .collect();
+        let rows = not_held_elsewhere(locator, listing.recordings).await;
         return Ok(Everywhere {
-            rows,
+            rows: rows.into_iter().map(|info| (info, String::new())).collect(),
             next_page_token: listing.next_page_token,
             unanswered: Vec::new(),
         });
@@ -74,6 +70,32 @@ pub(super) async fn list(
         next_page_token,
         unanswered,
     })
+}
+
+/// The object store's rows less those another running instance still keeps a row of: those
+/// were listed on the earlier pages, from that instance. Without Redis, every row (one may
+/// then be listed twice; none is missing).
+async fn not_held_elsewhere(locator: &Locator, rows: Vec<RecordingInfo>) -> Vec<RecordingInfo> {
+    let keys: Vec<u128> = rows
+        .iter()
+        .map(|info| ConversationId::parse(&info.meta.original_id).map_or(0, |id| id.key()))
+        .collect();
+    let (Some(others), Some(holders)) = (
+        locator.other_instances().await,
+        locator.instances_of(&keys).await,
+    ) else {
+        return rows;
+    };
+    let running: HashSet<String> = others.into_iter().map(|(instance, _)| instance).collect();
+    rows.into_iter()
+        .zip(holders)
+        .filter(|(_, holder)| {
+            holder
+                .as_ref()
+                .is_none_or(|holder| !running.contains(holder))
+        })
+        .map(|(info, _)| info)
+        .collect()
 }
 
 /// Merges each instance's page (and owner address) into at most `limit` rows in start order,

@@ -237,6 +237,19 @@ impl Locator {
         )
     }
 
+    /// Which instance each of `keys`' entries names (`None` where there is no entry), in one
+    /// round trip; `None` when Redis did not answer in time.
+    pub async fn instances_of(&self, keys: &[u128]) -> Option<Vec<Option<String>>> {
+        if keys.is_empty() {
+            return Some(Vec::new());
+        }
+        let mut pipe = redis::pipe();
+        for key in keys {
+            pipe.cmd("HGET").arg(entry::entry_key(*key)).arg("instance");
+        }
+        self.query_pipe(&pipe).await
+    }
+
     /// Announces this instance's address for [`LIVE_TTL`]: the registrar does so at each
     /// refresh, so the announcement lapses soon after the instance is gone. Whether Redis
     /// answered.
