@@ -880,3 +880,25 @@ async fn the_http_face_of_any_instance_serves_the_streams_another_holds() {
     let text = answer.text().await.unwrap();
     assert!(text.contains(&a_http), "{text}");
 }
+
+#[tokio::test]
+async fn a_stop_on_any_instances_http_face_reaches_the_producer_on_another() {
+    let redis = RedisServer::start();
+    let (a_dir, b_dir) = (TempDir::new().unwrap(), TempDir::new().unwrap());
+    let (a, _a_http) = spawn_with_http(a_dir.path(), &redis);
+    let (b, b_http) = spawn_with_http(b_dir.path(), &redis);
+    let recording = Recording::open(&a.recorder().await, b"chat-stop-b").await;
+    recording.send("going on").await;
+    wait_live_at(&b, &[b"chat-stop-b"], &[b"chat-stop-b"]).await;
+
+    let stop = format!("http://{b_http}/v1/stop/chat-stop-b");
+    let answer = reqwest::Client::new().post(&stop).send().await.unwrap();
+    assert_eq!(answer.status(), 200);
+    let answer: serde_json::Value = serde_json::from_str(&answer.text().await.unwrap()).unwrap();
+    assert_eq!(answer["outcome"], "stopped");
+    let told = recording.answer().await.unwrap();
+    assert_eq!(told.status, tapedeck::pb::RecordStatus::Cancelled as i32);
+    let again = reqwest::Client::new().post(&stop).send().await.unwrap();
+    let again: serde_json::Value = serde_json::from_str(&again.text().await.unwrap()).unwrap();
+    assert_eq!(again["outcome"], "already_stopped");
+}

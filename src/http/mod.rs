@@ -13,6 +13,7 @@
 //! - `forward`: on a node of a cluster that does not lead, writes run by the leader's face.
 //! - `elsewhere`: with several instances on one Redis, requests about a stream another
 //!   instance holds passed to its face.
+//! - `stop`: `POST /v1/stop/{path}`, a reader's stop button (cancel) outside the protocol.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
@@ -28,6 +29,7 @@ mod read;
 mod reply;
 mod request;
 mod sse;
+mod stop;
 mod write;
 
 use std::future::Future;
@@ -153,6 +155,7 @@ async fn sweep(face: Arc<HttpFace>, interval: std::time::Duration) {
 fn routes(face: Arc<HttpFace>) -> Router {
     Router::new()
         .route("/v1/stream/{*path}", axum::routing::any(dispatch))
+        .route("/v1/stop/{*path}", axum::routing::post(stop::stop))
         .fallback(not_a_stream)
         .with_state(face)
 }

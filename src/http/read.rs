@@ -161,6 +161,7 @@ impl HttpFace {
                 .next_offset(end)
                 .up_to_date()
                 .closed(closed)
+                .ended_as(reader.ended_as())
                 .cache("no-store"));
         }
         let body = if json {
@@ -171,7 +172,8 @@ impl HttpFace {
         let mut reply = Reply::new(StatusCode::OK)
             .content_type(&snapshot.content_type)
             .next_offset(end)
-            .closed(closed && caught_up);
+            .closed(closed && caught_up)
+            .ended_as(reader.ended_as().filter(|_| caught_up));
         if caught_up {
             reply = reply.up_to_date();
         }

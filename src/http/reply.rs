@@ -25,9 +25,12 @@ pub(crate) const PRODUCER_EPOCH: &str = "producer-epoch";
 pub(crate) const PRODUCER_SEQ: &str = "producer-seq";
 pub(crate) const PRODUCER_EXPECTED_SEQ: &str = "producer-expected-seq";
 pub(crate) const PRODUCER_RECEIVED_SEQ: &str = "producer-received-seq";
+/// A tapedeck extension on a read that reaches a closed stream's end: how it ended
+/// (`completed` for a close, `cancelled` for a stop).
+pub(crate) const TAPEDECK_ENDED_AS: &str = "tapedeck-ended-as";
 
 /// Every protocol header a browser script may read from a response.
-pub(crate) const EXPOSED: [&str; 14] = [
+pub(crate) const EXPOSED: [&str; 15] = [
     STREAM_NEXT_OFFSET,
     STREAM_CLOSED,
     STREAM_UP_TO_DATE,
@@ -39,6 +42,7 @@ pub(crate) const EXPOSED: [&str; 14] = [
     PRODUCER_SEQ,
     PRODUCER_EXPECTED_SEQ,
     PRODUCER_RECEIVED_SEQ,
+    TAPEDECK_ENDED_AS,
     "etag",
     "location",
     "content-type",
@@ -122,6 +126,14 @@ impl Reply {
             self.named(STREAM_CLOSED, "true")
         } else {
             self
+        }
+    }
+
+    /// `Tapedeck-Ended-As`, when the read saw how the stream ended.
+    pub(crate) fn ended_as(self, status: Option<crate::recorder::Status>) -> Self {
+        match status {
+            Some(status) => self.named(TAPEDECK_ENDED_AS, status.as_str()),
+            None => self,
         }
     }
 

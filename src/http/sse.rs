@@ -21,6 +21,7 @@ use super::json;
 use super::offset::{Offset, ReadFrom};
 use super::reply::*;
 use crate::id::ConversationId;
+use crate::recorder::Status;
 use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
 
 /// Most bytes in one `data` event.
@@ -186,7 +187,7 @@ fn events(
                 reader.position() - held.len() as u64,
                 next_cursor.as_deref(),
                 up_to_date,
-                closed,
+                reader.ended_as(),
             );
             let next = (!closed).then_some(Events {
                 reader,
@@ -256,7 +257,7 @@ fn control_event(
     next: u64,
     cursor: Option<&str>,
     up_to_date: bool,
-    closed: bool,
+    ended_as: Option<Status>,
 ) {
     let mut control = serde_json::Map::new();
     control.insert("streamNextOffset".into(), Offset(next).to_string().into());
@@ -266,8 +267,10 @@ fn control_event(
     if up_to_date {
         control.insert("upToDate".into(), true.into());
     }
-    if closed {
+    if let Some(status) = ended_as {
         control.insert("streamClosed".into(), true.into());
+        // A tapedeck extension: how it ended (`cancelled` when stopped).
+        control.insert("tapedeckEndedAs".into(), status.as_str().into());
     }
     out.put_slice(b"event: control\ndata:");
     out.put_slice(serde_json::Value::Object(control).to_string().as_bytes());

@@ -192,8 +192,14 @@ fn append_refused(refused: AppendRefused, id: &ConversationId) -> Reply {
             StatusCode::BAD_REQUEST,
             "an append needs a body (or Stream-Closed: true to close the stream)",
         ),
-        AppendRefused::Closed { tail } => {
-            Reply::refuse(StatusCode::CONFLICT, "the stream is closed")
+        AppendRefused::Closed { tail, cancelled } => {
+            let message = if cancelled {
+                "the stream was cancelled (stopped by a reader or an operator); it takes no \
+                 more appends"
+            } else {
+                "the stream is closed"
+            };
+            Reply::refuse(StatusCode::CONFLICT, message)
                 .next_offset(tail)
                 .closed(true)
         }

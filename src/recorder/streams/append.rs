@@ -75,6 +75,8 @@ pub enum AppendRefused {
     Closed {
         /// Its tail.
         tail: u64,
+        /// Whether a cancel (a stop) ended it, rather than a close.
+        cancelled: bool,
     },
     /// A body without a content type.
     NoContentType,
@@ -242,5 +244,8 @@ fn closed_outcome(state: &State, ask: &AppendAsk) -> Result<Appended, AppendRefu
             closer: ask.producer.clone().filter(|_| same_closer),
         });
     }
-    Err(AppendRefused::Closed { tail: state.tail() })
+    Err(AppendRefused::Closed {
+        tail: state.tail(),
+        cancelled: state.cancelled,
+    })
 }

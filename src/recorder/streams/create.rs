@@ -174,6 +174,7 @@ impl Streams {
             writer: (!ask.closed).then_some(writer),
             own,
             closed: ask.closed,
+            cancelled: false,
             gone: false,
             touched_ms: self.now_ms(),
         };

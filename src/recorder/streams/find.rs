@@ -97,6 +97,7 @@ impl Streams {
             writer: None,
             own: meta.byte_len,
             closed: !meta.status.is_live(),
+            cancelled: meta.status == Status::Cancelled,
             gone: false,
             touched_ms: self.now_ms(),
         };
@@ -133,6 +134,7 @@ impl Streams {
             writer: None,
             own: meta.byte_len,
             closed: true,
+            cancelled: meta.status == Status::Cancelled,
             gone: false,
             touched_ms: self.now_ms(),
         };

@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use crate::id::ConversationId;
-use crate::recorder::TapeWriter;
+use crate::recorder::{Status, TapeWriter};
 use crate::store::StreamRow;
 
 /// The content type of a recording made over gRPC, read as a stream.
@@ -29,6 +29,8 @@ pub(crate) struct State {
     pub(crate) own: u64,
     /// Closed (or ended any other way): no more appends.
     pub(crate) closed: bool,
+    /// Ended by a cancel (a stop, gRPC Cancel): appends are refused saying so.
+    pub(crate) cancelled: bool,
     /// Deleted or expired: this handle is stale.
     pub(crate) gone: bool,
     /// When it was last read or written, for its sliding TTL.
@@ -54,6 +56,7 @@ impl State {
             if !progress.status.is_live() {
                 self.writer = None;
                 self.closed = true;
+                self.cancelled = progress.status == Status::Cancelled;
             }
         }
     }

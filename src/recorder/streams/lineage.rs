@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use crate::error::Result;
 use crate::id::ConversationId;
-use crate::recorder::{Recorder, Replay};
+use crate::recorder::{Recorder, Replay, Status};
 use crate::store::ForkOf;
 
 /// One portion of a read: bytes, or one JSON message.
@@ -109,6 +109,12 @@ impl LineageReader {
     /// Whether the stream ended (closed) and everything has been read.
     pub fn ended(&self) -> bool {
         self.stretches.len() == 1 && self.replay.ending().is_some()
+    }
+
+    /// How the stream ended (`completed` for a close, `cancelled` for a stop), once it has
+    /// ended and everything has been read.
+    pub fn ended_as(&self) -> Option<Status> {
+        self.ended().then(|| self.replay.ending()).flatten()
     }
 
     async fn next(&mut self, max_bytes: usize, wait: bool) -> Result<Option<Portion>> {
