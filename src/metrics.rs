@@ -15,6 +15,15 @@ pub const GRPC_MSG_RECEIVED: &str = "grpc_server_msg_received_total";
 /// Response messages sent (go-grpc-prometheus).
 pub const GRPC_MSG_SENT: &str = "grpc_server_msg_sent_total";
 
+/// HTTP requests answered, by `method` and `code` (the HTTP status).
+pub const HTTP_REQUESTS: &str = "tapedeck_http_requests_total";
+/// Time from an HTTP request's arrival to its response's head.
+pub const HTTP_REQUEST_SECONDS: &str = "tapedeck_http_request_duration_seconds";
+/// SSE and long-poll readers open now, by `kind`.
+pub const HTTP_OPEN_READERS: &str = "tapedeck_http_open_readers";
+/// Bytes of HTTP response bodies sent.
+pub const HTTP_SENT_BYTES: &str = "tapedeck_http_sent_bytes_total";
+
 /// Recordings live now.
 pub const LIVE_RECORDINGS: &str = "tapedeck_live_recordings";
 /// Producers of live recordings, by `state`: `attached` or `detached`.
@@ -100,6 +109,21 @@ pub fn describe() {
         "RPC stream messages received by the server."
     );
     describe_counter!(GRPC_MSG_SENT, "gRPC stream messages sent by the server.");
+    describe_counter!(
+        HTTP_REQUESTS,
+        "HTTP requests answered, by method and status code."
+    );
+    describe_histogram!(
+        HTTP_REQUEST_SECONDS,
+        Unit::Seconds,
+        "Time from an HTTP request's arrival to its response's head (a long-poll's wait included)."
+    );
+    describe_gauge!(HTTP_OPEN_READERS, "SSE and long-poll readers open now.");
+    describe_counter!(
+        HTTP_SENT_BYTES,
+        Unit::Bytes,
+        "Bytes of HTTP response bodies sent."
+    );
     describe_gauge!(LIVE_RECORDINGS, "Recordings live now.");
     describe_gauge!(
         PRODUCERS,

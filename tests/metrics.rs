@@ -192,3 +192,125 @@ async fn an_http_refusal_is_counted_once() {
     assert_eq!(refusals("unauthenticated"), Some(1.0));
     drop(server);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
+    let dir = tempfile::tempdir().unwrap();
+    let (metrics, http) = (free_port(), free_port());
+    let (metrics_arg, http_arg) = (metrics.to_string(), http.to_string());
+    let (server, log) = BinaryServer::spawn_logged(
+        dir.path(),
+        &["--metrics-listen", &metrics_arg, "--http-listen", &http_arg],
+    );
+    let url = format!("http://{http}/v1/stream/observed");
+    let client = reqwest::Client::new();
+    let created = client
+        .put(&url)
+        .header("content-type", "text/plain")
+        .body("12345")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), 201);
+    let sse = client
+        .get(format!("{url}?offset=-1&live=sse"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(sse.status(), 200);
+    let open = scrape_until(metrics, "one SSE reader open", |s| {
+        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
+    });
+    assert_eq!(
+        value(
+            &open,
+            "tapedeck_http_requests_total",
+            &[("method", "PUT"), ("code", "201")]
+        ),
+        Some(1.0)
+    );
+    let closed = client
+        .post(&url)
+        .header("content-type", "text/plain")
+        .header("stream-closed", "true")
+        .body("678")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(closed.status(), 204);
+    // The reader gets everything and its response ends with the stream.
+    let events = tokio::time::timeout(WAIT, sse.text())
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(
+        events.contains("12345") && events.contains("678"),
+        "{events}"
+    );
+    let missing = client.get(format!("{url}-not")).send().await.unwrap();
+    assert_eq!(missing.status(), 404);
+
+    let after = scrape_until(metrics, "the SSE reader closed", |s| {
+        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
+    });
+    let requests = |method, code| {
+        value(
+            &after,
+            "tapedeck_http_requests_total",
+            &[("method", method), ("code", code)],
+        )
+    };
+    assert_eq!(requests("POST", "204"), Some(1.0));
+    assert_eq!(requests("GET", "200"), Some(1.0));
+    assert_eq!(requests("GET", "404"), Some(1.0));
+    assert_eq!(
+        value(
+            &after,
+            "tapedeck_http_request_duration_seconds",
+            &[("method", "GET")]
+        ),
+        Some(2.0),
+        "two GETs observed"
+    );
+    let sent = value(&after, "tapedeck_http_sent_bytes_total", &[]).unwrap();
+    assert!(sent >= events.len() as f64, "{sent} < {}", events.len());
+
+    // One line per request, with its stream and status; one more when the reader ended. (The
+    // log is read from the server's stderr by another thread: wait for it to catch up.)
+    let deadline = std::time::Instant::now() + WAIT;
+    let lines: Vec<serde_json::Value> = loop {
+        let lines: Vec<serde_json::Value> = log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if lines
+            .iter()
+            .any(|v| v["fields"]["message"] == "HTTP reader ended")
+            || std::time::Instant::now() > deadline
+        {
+            break lines;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let requests: Vec<_> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "HTTP request")
+        .collect();
+    assert_eq!(requests.len(), 4, "{requests:?}");
+    let put = &requests[0]["fields"];
+    assert_eq!(put["method"], "PUT");
+    assert_eq!(put["stream"], "observed");
+    assert_eq!(put["status"], 201);
+    assert!(put["duration_ms"].as_f64().unwrap() >= 0.0);
+    let ended: Vec<_> = lines
+        .iter()
+        .filter(|v| v["fields"]["message"] == "HTTP reader ended")
+        .collect();
+    assert_eq!(ended.len(), 1, "{ended:?}");
+    assert_eq!(ended[0]["fields"]["kind"], "sse");
+    assert_eq!(ended[0]["fields"]["stream"], "observed");
+    assert_eq!(ended[0]["fields"]["bytes"], events.len() as u64);
+    drop(server);
+}

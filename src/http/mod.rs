@@ -14,6 +14,7 @@
 //! - `elsewhere`: with several instances on one Redis, requests about a stream another
 //!   instance holds passed to its face.
 //! - `stop`: `POST /v1/stop/{path}`, a reader's stop button (cancel) outside the protocol.
+//! - `telemetry`: a log line and metrics per request, and per SSE or long-poll reader.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
 //!   `--http-request-timeout`.
@@ -30,6 +31,7 @@ mod reply;
 mod request;
 mod sse;
 mod stop;
+mod telemetry;
 mod write;
 
 use std::future::Future;
@@ -185,6 +187,7 @@ fn router(face: Arc<HttpFace>) -> Router {
         .layer(axum::middleware::map_response(security_headers))
         .layer(cors)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .layer(axum::middleware::from_fn(telemetry::observe))
 }
 
 /// Headers every response carries, refusals included.
