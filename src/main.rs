@@ -78,9 +78,7 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
                 )?),
                 None => None,
             };
-        if let Some(addr) = metrics_listen {
-            observe::serve_metrics(addr)?;
-        }
+        observe::install_metrics(metrics_listen)?;
         let store = tapedeck::server::open_store(&config)?;
         // Opening after a crash replays the write-ahead log, and the allocator would keep the
         // memory that took (it is free again now) for the life of the process.

@@ -2,7 +2,24 @@
 //! [`crate::recorder::gauges`], next to what it samples).
 //! Values are recorded with the `metrics` crate's macros, which do nothing until the binary
 //! installs the Prometheus exporter (`--metrics-listen`).
+use std::sync::OnceLock;
+
 use metrics::{Unit, describe_counter, describe_gauge, describe_histogram};
+use metrics_exporter_prometheus::PrometheusHandle;
+
+/// The installed exporter's handle, if the binary installed one.
+static EXPORTER: OnceLock<PrometheusHandle> = OnceLock::new();
+
+/// Keeps the installed exporter's `handle`, for [`rendered`].
+pub fn keep_handle(handle: PrometheusHandle) {
+    let _ = EXPORTER.set(handle);
+}
+
+/// Every metric now, in the Prometheus text format (what `/metrics` serves); `None` when no
+/// exporter is installed (a server embedded in a test).
+pub fn rendered() -> Option<String> {
+    EXPORTER.get().map(PrometheusHandle::render)
+}
 
 /// gRPC calls started (go-grpc-prometheus).
 pub const GRPC_STARTED: &str = "grpc_server_started_total";

@@ -71,22 +71,14 @@ pub(crate) fn log_config(config: &Config) {
     );
 }
 
-/// Installs the Prometheus exporter, serving `/metrics` on `addr` from a task of its own.
+/// Installs the Prometheus exporter: the console's overview reads its numbers, and with
+/// `listen` it serves `/metrics` there from a task of its own. Must run inside the runtime.
 ///
-/// Fails when `addr` cannot be bound or the exporter cannot be installed.
-pub(crate) fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
+/// Fails when `listen` cannot be bound or the exporter cannot be installed.
+pub(crate) fn install_metrics(listen: Option<SocketAddr>) -> anyhow::Result<()> {
     use anyhow::Context;
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-    // Bound here first so that a busy port is refused with the usual message.
-    std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind {
-        addr,
-        what: "metrics",
-        flag: "--metrics-listen",
-        env: "TAPEDECK_METRICS_LISTEN",
-        source,
-    })?;
-    PrometheusBuilder::new()
-        .with_http_listener(addr)
+    let mut builder = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Suffix("_seconds".into()),
             tapedeck::metrics::SECONDS_BUCKETS,
@@ -94,12 +86,46 @@ pub(crate) fn serve_metrics(addr: SocketAddr) -> anyhow::Result<()> {
         .set_buckets_for_metric(
             Matcher::Full(tapedeck::metrics::COMMIT_BATCH_OPS.into()),
             tapedeck::metrics::OPS_BUCKETS,
-        )?
-        .install()
-        .with_context(|| {
-            format!("cannot serve metrics on {addr} (--metrics-listen or TAPEDECK_METRICS_LISTEN)")
-        })?;
+        )?;
+    // Without `listen`, a recorder alone: the builder's own default would listen on
+    // 0.0.0.0:9000.
+    let recorder = match listen {
+        Some(addr) => {
+            // Bound here first so that a busy port is refused with the usual message.
+            std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind {
+                addr,
+                what: "metrics",
+                flag: "--metrics-listen",
+                env: "TAPEDECK_METRICS_LISTEN",
+                source,
+            })?;
+            builder = builder.with_http_listener(addr);
+            let (recorder, exporter) = builder.build().with_context(|| {
+                format!(
+                    "cannot serve metrics on {addr} (--metrics-listen or TAPEDECK_METRICS_LISTEN)"
+                )
+            })?;
+            tokio::spawn(exporter);
+            recorder
+        }
+        None => builder.build_recorder(),
+    };
+    let handle = recorder.handle();
+    metrics::set_global_recorder(recorder).context("cannot install the metrics recorder")?;
+    // Histogram samples wait in buckets until drained: drained every few seconds, scraped or
+    // not, so that memory stays bounded.
+    let upkeep = handle.clone();
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval(std::time::Duration::from_secs(5));
+        loop {
+            ticker.tick().await;
+            upkeep.run_upkeep();
+        }
+    });
+    tapedeck::metrics::keep_handle(handle);
     tapedeck::metrics::describe();
-    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    if let Some(addr) = listen {
+        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
+    }
     Ok(())
 }

@@ -16,7 +16,7 @@ use crate::recorder::{Listing, Recorder, RecordingInfo, Status, page_limit};
 use crate::store::PageToken;
 
 /// A page of the recordings of every instance.
-pub(super) struct Everywhere {
+pub(crate) struct Everywhere {
     /// The rows, each with its owner's address, in start order.
     pub rows: Vec<(RecordingInfo, String)>,
     pub next_page_token: Option<String>,
@@ -27,7 +27,7 @@ pub(super) struct Everywhere {
 /// One page of the recordings every instance holds, after `page_token`.
 ///
 /// Fails as the local listing does (`BadPageToken`, a storage error).
-pub(super) async fn list(
+pub(crate) async fn list(
     locator: &Locator,
     recorder: &Recorder,
     page_token: Option<&str>,

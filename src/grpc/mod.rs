@@ -6,7 +6,7 @@
 mod cluster;
 mod cluster_status;
 mod deadline;
-mod everywhere;
+pub(crate) mod everywhere;
 mod recorder;
 mod recordings;
 mod resumer;

@@ -13,6 +13,8 @@
 //! - `forward`: on a node of a cluster that does not lead, writes run by the leader's face.
 //! - `elsewhere`: with several instances on one Redis, requests about a stream another
 //!   instance holds passed to its face.
+//! - `owner`: Get, cancel and delete made where a recording is held.
+//! - `console`: the operators' page at `/console/`, and the JSON it reads.
 //! - `stop`: `POST /v1/stop/{path}`, a reader's stop button (cancel) outside the protocol.
 //! - `telemetry`: a log line and metrics per request, and per SSE or long-poll reader.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
@@ -20,12 +22,14 @@
 //!   `--http-request-timeout`.
 mod access;
 mod connections;
+mod console;
 mod cursor;
 mod elsewhere;
 pub(crate) mod failure;
 mod forward;
 mod json;
 mod offset;
+mod owner;
 mod read;
 mod reply;
 mod request;
@@ -158,6 +162,7 @@ fn routes(face: Arc<HttpFace>) -> Router {
     Router::new()
         .route("/v1/stream/{*path}", axum::routing::any(dispatch))
         .route("/v1/stop/{*path}", axum::routing::post(stop::stop))
+        .merge(console::routes())
         .fallback(not_a_stream)
         .with_state(face)
 }

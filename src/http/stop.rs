@@ -13,13 +13,10 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use tracing::Instrument;
 
-use super::failure::failed;
 use super::reply::{Replied, Reply};
 use super::{HttpFace, Query, access};
 use crate::access::Operation;
-use crate::error::Error;
 use crate::id::ConversationId;
-use crate::locator::Route;
 use crate::recorder::{Found, Status};
 
 /// `POST /v1/stop/{path}`.
@@ -70,7 +67,7 @@ impl HttpFace {
         let (outcome, status) = match status {
             Status::Cancelled => (Outcome::AlreadyStopped, status),
             status if !status.is_live() => (Outcome::AlreadyEnded, status),
-            _ if self.cancel(&id).await? => (Outcome::Stopped, Status::Cancelled),
+            _ if self.cancel_anywhere(&id).await? => (Outcome::Stopped, Status::Cancelled),
             // It ended on its own between the look and the cancel: say how.
             _ => match self.status_of(&id).await? {
                 Some(Status::Cancelled) => (Outcome::AlreadyStopped, Status::Cancelled),
@@ -103,49 +100,11 @@ impl HttpFace {
     /// The status of conversation `id`'s latest recording (`deleted` for a tombstone), asked of
     /// the instance that holds it; `None` when it was never recorded.
     async fn status_of(&self, id: &ConversationId) -> Result<Option<Status>, Reply> {
-        let found = match self.owner(id).await {
-            Some(owner) => {
-                let locator = self
-                    .locator
-                    .as_ref()
-                    .expect("an owner comes from the locator");
-                locator
-                    .forward_get(&owner, id)
-                    .await
-                    .ok_or_else(|| unreachable(id, &owner.address))?
-            }
-            None => self.recorder.get(id).await.map_err(failed)?,
-        };
-        Ok(match found {
+        Ok(match self.found_anywhere(id).await? {
             Found::Recording(info) => Some(info.meta.status),
             Found::Gone(_) => Some(Status::Deleted),
             Found::Unknown => None,
         })
-    }
-
-    /// Cancels `id`'s live recording where it is held; whether it was live (or cancelled).
-    async fn cancel(&self, id: &ConversationId) -> Result<bool, Reply> {
-        match self.owner(id).await {
-            Some(owner) => {
-                let locator = self
-                    .locator
-                    .as_ref()
-                    .expect("an owner comes from the locator");
-                locator
-                    .forward_cancel(&owner, id, false)
-                    .await
-                    .ok_or_else(|| unreachable(id, &owner.address))
-            }
-            None => self.recorder.cancel(id).await.map_err(failed),
-        }
-    }
-
-    /// The other instance that holds `id`'s recording, with several instances on one Redis.
-    async fn owner(&self, id: &ConversationId) -> Option<crate::locator::Owner> {
-        match self.locator.as_ref()?.route(&self.recorder, id.key()).await {
-            Route::There(owner) => Some(owner),
-            Route::Here => None,
-        }
     }
 }
 
@@ -154,11 +113,4 @@ fn nothing_to_stop(path: &str) -> Reply {
         StatusCode::NOT_FOUND,
         format!("nothing to stop: no response is recorded at {path}"),
     )
-}
-
-fn unreachable(id: &ConversationId, address: &str) -> Reply {
-    failed(Error::OwnerUnreachable {
-        id: id.to_string(),
-        address: address.to_string(),
-    })
 }

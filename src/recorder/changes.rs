@@ -1,5 +1,6 @@
 //! Which conversations' recordings changed (started, reopened, ended, deleted), for a watcher
-//! that mirrors them elsewhere: the Redis locator. Off, and free, until a watcher asks.
+//! that mirrors them elsewhere: the Redis locator. Off, and free, until a watcher asks. Any
+//! number of observers (the console) may also follow a count of changes.
 use std::collections::HashSet;
 use std::sync::Mutex;
 
@@ -8,12 +9,24 @@ use tokio::sync::Notify;
 /// The set of conversation keys changed since the watcher last looked. A set, not a queue: a
 /// conversation that changes many times before the watcher looks is reported once, so what
 /// it holds is bounded by the number of recordings, whatever the rate of changes.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Changes {
     /// `None` until [`enable`](Self::enable): nobody is watching.
     pending: Mutex<Option<HashSet<u128>>>,
     /// Holds a permit once something is pending, so a mark is never missed.
     marked: Notify,
+    /// How many changes there have been, for [`follow`](Self::follow).
+    count: tokio::sync::watch::Sender<u64>,
+}
+
+impl Default for Changes {
+    fn default() -> Self {
+        Self {
+            pending: Mutex::default(),
+            marked: Notify::default(),
+            count: tokio::sync::watch::Sender::new(0),
+        }
+    }
 }
 
 impl Changes {
@@ -28,6 +41,12 @@ impl Changes {
             pending.insert(key);
             self.marked.notify_one();
         }
+        self.count.send_modify(|count| *count += 1);
+    }
+
+    /// A receiver that sees the count of changes move (without which keys).
+    pub fn follow(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.count.subscribe()
     }
 
     /// The keys changed since the last call, once there is at least one.

@@ -278,6 +278,13 @@ impl Recorder {
         info::get(&self.deck, id).await
     }
 
+    /// The Durable Streams row of conversation `id`, if its recording was made over HTTP.
+    ///
+    /// Fails with a storage error.
+    pub async fn stream_row(&self, id: &ConversationId) -> Result<Option<crate::store::StreamRow>> {
+        self.deck.store().stream_row(id.key()).await
+    }
+
     /// A page of stored recordings in start order (see [`crate::store::Store::list`]).
     ///
     /// Fails with `BadPageToken`, or a storage error.
