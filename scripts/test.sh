@@ -4,7 +4,8 @@
 #   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
 #   - Debian's chromium, and playwright-core to drive it (tests/browser, `npm ci`);
 #   - the foreign clients of the HTTP face: @durable-streams/client and playwright-core
-#     (tests/foreign, `npm ci`);
+#     (tests/foreign, `npm ci`), and the AI SDK and TanStack AI transports
+#     (tests/ai_transports, `npm ci`);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
 #     (tests/python/requirements.txt), what the examples need (examples/python/), and
 #     SeaweedFS's `weed`, the S3 server of the object-store tier's tests
@@ -29,7 +30,7 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 # Exactly the committed package-lock.json, every time (a few seconds each).
-for dir in tests/browser tests/foreign conformance; do
+for dir in tests/browser tests/foreign tests/ai_transports conformance; do
     (cd "$dir" && npm ci --silent --no-audit --no-fund)
 done
 

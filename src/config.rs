@@ -17,6 +17,8 @@ pub struct Config {
     pub http_listen: Option<SocketAddr>,
     /// How the HTTP face bounds its connections and the time a request takes to arrive.
     pub http_bounds: crate::http::Bounds,
+    /// Where the HTTP face serves streams. Default `/v1/stream`.
+    pub http_path_prefix: crate::http::StreamPrefix,
     /// Directory holding the database file `tapedeck.redb`. Default `./tapedeck-data`.
     pub data_dir: PathBuf,
     /// How long a finished recording stays replayable. Default 30 minutes.
@@ -93,6 +95,7 @@ impl Default for Config {
             data_dir: PathBuf::from("./tapedeck-data"),
             http_listen: Some(SocketAddr::from(([127, 0, 0, 1], 4437))),
             http_bounds: crate::http::Bounds::default(),
+            http_path_prefix: crate::http::StreamPrefix::default(),
             retention: Duration::from_secs(30 * 60),
             max_retention: Duration::from_secs(7 * 24 * 60 * 60),
             tombstone_retention: Duration::from_secs(24 * 60 * 60),

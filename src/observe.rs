@@ -40,6 +40,7 @@ pub(crate) fn log_config(config: &Config) {
         http_listen = %HttpListen(config.http_listen),
         http_request_timeout = %Period(config.http_bounds.request_timeout),
         http_max_connections = config.http_bounds.max_connections,
+        http_path_prefix = %config.http_path_prefix,
         data_dir = %config.data_dir.display(),
         retention = %Period(config.retention),
         max_retention = %Period(config.max_retention),

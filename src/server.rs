@@ -135,6 +135,7 @@ pub async fn run(
             recorder.clone(),
             guard.clone(),
             bounds,
+            config.http_path_prefix.clone(),
             cluster,
             locator.clone(),
         )

@@ -85,7 +85,15 @@ async fn writes_are_refused_with_503_once_shutdown_begins() {
     };
     let recorder = Recorder::new(store.clone(), limits, LivePolicy::default());
     let guard = Guard::new(&AccessConfig::default()).unwrap();
-    let face = HttpFace::new(recorder.clone(), guard, Bounds::default(), None, None);
+    let prefix = tapedeck::http::StreamPrefix::default();
+    let face = HttpFace::new(
+        recorder.clone(),
+        guard,
+        Bounds::default(),
+        prefix,
+        None,
+        None,
+    );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     let url = |path: &str| format!("http://{addr}/v1/stream/{path}");

@@ -34,6 +34,11 @@ pub(crate) struct ServeArgs {
           value_parser = clap::value_parser!(u32).range(1..),
           default_value_t = Config::default().http_bounds.max_connections as u32)]
     pub(super) http_max_connections: u32,
+    /// Where the HTTP face serves streams: `{prefix}/{path}` (e.g. /streams for TanStack AI's
+    /// adapter).
+    #[arg(long, env = "TAPEDECK_HTTP_PATH_PREFIX", value_parser = tapedeck::http::StreamPrefix::parse,
+          default_value = tapedeck::http::DEFAULT_STREAM_PREFIX)]
+    pub(super) http_path_prefix: tapedeck::http::StreamPrefix,
     /// Directory of the database file.
     #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
     pub(super) data_dir: PathBuf,

@@ -74,6 +74,7 @@ impl ServeArgs {
                 request_timeout: self.http_request_timeout.into(),
                 max_connections: self.http_max_connections as usize,
             },
+            http_path_prefix: self.http_path_prefix,
             data_dir: self.data_dir,
             retention: self.retention.into(),
             max_retention: self.max_retention.into(),

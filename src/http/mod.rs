@@ -30,6 +30,7 @@ mod forward;
 mod json;
 mod offset;
 mod owner;
+mod prefix;
 mod read;
 mod reply;
 mod request;
@@ -61,11 +62,10 @@ use offset::ReadFrom;
 use reply::{Replied, Reply};
 
 pub use connections::Bounds;
+pub use prefix::{DEFAULT_STREAM_PREFIX, StreamPrefix};
 
 /// Largest request body accepted, in bytes.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
-/// Where streams live.
-const STREAM_PREFIX: &str = "/v1/stream/";
 
 /// The HTTP face's state, shared by every request.
 pub struct HttpFace {
@@ -73,6 +73,8 @@ pub struct HttpFace {
     streams: Arc<Streams>,
     guard: Guard,
     bounds: Bounds,
+    /// Where streams are served (`--http-path-prefix`).
+    prefix: StreamPrefix,
     /// Slow bodies cut, for a rate-limited warning.
     slow_bodies: connections::Warning,
     /// The cluster this node is part of, if any: its writes are made by the leader.
@@ -84,13 +86,14 @@ pub struct HttpFace {
 }
 
 impl HttpFace {
-    /// A face over `recorder`, admitting the callers `guard` does, within `bounds`; on a node
-    /// of `cluster`, if given; passing requests about streams other instances hold to them,
-    /// with a `locator`.
+    /// A face over `recorder`, admitting the callers `guard` does, within `bounds`, serving
+    /// streams under `prefix`; on a node of `cluster`, if given; passing requests about
+    /// streams other instances hold to them, with a `locator`.
     pub fn new(
         recorder: Recorder,
         guard: Guard,
         bounds: Bounds,
+        prefix: StreamPrefix,
         cluster: Option<Cluster>,
         locator: Option<Locator>,
     ) -> Arc<Self> {
@@ -99,6 +102,7 @@ impl HttpFace {
             recorder,
             guard,
             bounds,
+            prefix,
             slow_bodies: connections::Warning::default(),
             cluster,
             locator,
@@ -159,10 +163,11 @@ async fn sweep(face: Arc<HttpFace>, interval: std::time::Duration) {
 
 /// The face's routes, without the layers every response passes through.
 fn routes(face: Arc<HttpFace>) -> Router {
+    let streams = format!("{}/{{*path}}", face.prefix);
     Router::new()
-        .route("/v1/stream/{*path}", axum::routing::any(dispatch))
+        .route(&streams, axum::routing::any(dispatch))
         .route("/v1/stop/{*path}", axum::routing::post(stop::stop))
-        .merge(console::routes())
+        .merge(console::routes(&face.prefix))
         .fallback(not_a_stream)
         .with_state(face)
 }
@@ -188,11 +193,14 @@ fn router(face: Arc<HttpFace>) -> Router {
         ])
         .allow_headers(allowed)
         .expose_headers(exposed);
-    routes(face)
+    routes(face.clone())
         .layer(axum::middleware::map_response(security_headers))
         .layer(cors)
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn(telemetry::observe))
+        .layer(axum::middleware::from_fn_with_state(
+            face.prefix.clone(),
+            telemetry::observe,
+        ))
 }
 
 /// Headers every response carries, refusals included.
@@ -209,10 +217,10 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-async fn not_a_stream() -> Response {
+async fn not_a_stream(State(face): State<Arc<HttpFace>>) -> Response {
     Reply::refuse(
         StatusCode::NOT_FOUND,
-        format!("streams are served under {STREAM_PREFIX}{{path}}"),
+        format!("streams are served under {}/{{path}}", face.prefix),
     )
     .into_response()
 }
@@ -382,7 +390,7 @@ impl HttpFace {
             Some(value) => request::strict_u64(value)
                 .ok_or_else(|| bad("Stream-Fork-Sub-Offset must be a non-negative integer"))?,
         };
-        let path = source.strip_prefix(STREAM_PREFIX).unwrap_or(source);
+        let path = self.prefix.stream_in(source).unwrap_or(source);
         let path = path.strip_prefix('/').unwrap_or(path);
         let decoded = percent_encoding::percent_decode_str(path).decode_utf8_lossy();
         let source = ConversationId::parse(decoded.as_bytes())

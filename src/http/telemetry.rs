@@ -7,17 +7,22 @@ use std::task::{Context, Poll};
 use std::time::Instant;
 
 use axum::body::Body;
-use axum::extract::Request;
+use axum::extract::{Request, State};
 use axum::middleware::Next;
 use axum::response::Response;
 use bytes::Bytes;
 use http::Method;
 use http_body::{Body as HttpBody, Frame};
 
+use super::StreamPrefix;
 use crate::metrics as metric;
 
 /// Logs and counts `request` and its response; a reader's response body is followed to its end.
-pub(super) async fn observe(request: Request, next: Next) -> Response {
+pub(super) async fn observe(
+    State(prefix): State<StreamPrefix>,
+    request: Request,
+    next: Next,
+) -> Response {
     let started = Instant::now();
     let method = method_label(request.method());
     let path = request.uri().path().to_string();
@@ -31,7 +36,9 @@ pub(super) async fn observe(request: Request, next: Next) -> Response {
     metrics::counter!(metric::HTTP_REQUESTS, "method" => method, "code" => code).increment(1);
     metrics::histogram!(metric::HTTP_REQUEST_SECONDS, "method" => method)
         .record(elapsed.as_secs_f64());
-    let stream = stream_of(&path);
+    let stream = prefix
+        .stream_in(&path)
+        .or_else(|| path.strip_prefix("/v1/stop/"));
     tracing::info!(
         method,
         stream,
@@ -49,13 +56,6 @@ pub(super) async fn observe(request: Request, next: Next) -> Response {
             sent: 0,
         })
     })
-}
-
-/// The stream a request is about, from its path (`/v1/stream/{path}`, `/v1/stop/{path}`).
-fn stream_of(path: &str) -> Option<&str> {
-    ["/v1/stream/", "/v1/stop/"]
-        .iter()
-        .find_map(|prefix| path.strip_prefix(prefix))
 }
 
 /// A live read: its response goes on as long as the stream does.

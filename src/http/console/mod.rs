@@ -11,9 +11,10 @@ use std::sync::Arc;
 use axum::Router;
 use axum::response::{IntoResponse, Redirect, Response};
 use axum::routing::get;
+use bytes::Bytes;
 use http::header::{CACHE_CONTROL, CONTENT_TYPE};
 
-use super::HttpFace;
+use super::{HttpFace, StreamPrefix};
 
 const PAGE: &str = include_str!("assets/index.html");
 const SCRIPT: &str = include_str!("assets/console.js");
@@ -26,8 +27,11 @@ const POLICY: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
     connect-src 'self'; img-src 'self'; base-uri 'none'; form-action 'none'; \
     frame-ancestors 'none'";
 
-/// The console's routes: the page, its three assets and its JSON.
-pub(super) fn routes() -> Router<Arc<HttpFace>> {
+/// The console's routes: the page (told where streams are served), its three assets and its
+/// JSON.
+pub(super) fn routes(prefix: &StreamPrefix) -> Router<Arc<HttpFace>> {
+    // The prefix holds only URL path characters (it is checked): nothing to escape in HTML.
+    let page = Bytes::from(PAGE.replace("{{STREAM_PREFIX}}", prefix.as_str()));
     Router::new()
         .route(
             "/console",
@@ -35,7 +39,7 @@ pub(super) fn routes() -> Router<Arc<HttpFace>> {
         )
         .route(
             "/console/",
-            get(|| async { asset(PAGE, "text/html; charset=utf-8") }),
+            get(move || async move { asset(page, "text/html; charset=utf-8") }),
         )
         .route(
             "/console/console.js",
@@ -58,7 +62,7 @@ pub(super) fn routes() -> Router<Arc<HttpFace>> {
         .route("/console/api/changes", get(api::changes))
 }
 
-fn asset(body: &'static str, content_type: &'static str) -> Response {
+fn asset(body: impl Into<Bytes>, content_type: &'static str) -> Response {
     (
         [
             (CONTENT_TYPE, content_type),
@@ -67,7 +71,7 @@ fn asset(body: &'static str, content_type: &'static str) -> Response {
             (http::header::REFERRER_POLICY, "no-referrer"),
             (http::header::X_FRAME_OPTIONS, "DENY"),
         ],
-        body,
+        body.into(),
     )
         .into_response()
 }

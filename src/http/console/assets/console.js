@@ -5,6 +5,8 @@
 "use strict"
 
 const API = "/console/api"
+// Where the HTTP face serves streams (`--http-path-prefix`), as the server wrote it here.
+const STREAMS = document.querySelector('meta[name="tapedeck-stream-prefix"]').content
 const CREDENTIAL = "tapedeck.console.credential"
 const STATUSES = ["recording", "completed", "cancelled", "interrupted", "failed", "deleted"]
 
@@ -316,7 +318,7 @@ async function showRecording(view, id, signal) {
     reading.abort()
     reading = new AbortController()
     content.replaceChildren()
-    const url = `/v1/stream/${streamPath(id)}?offset=${encodeURIComponent(offset)}&live=sse`
+    const url = `${STREAMS}/${streamPath(id)}?offset=${encodeURIComponent(offset)}&live=sse`
     followEvents(url, (name, data, encoding) => {
       if (name === "data") content.append(shown(data, encoding, state.row.content_type))
       if (name === "control") {
