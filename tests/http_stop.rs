@@ -1,7 +1,8 @@
 //! Stop over HTTP (`POST /v1/stop/{path}`) against a real server on real sockets: a gRPC
 //! producer is told CANCELLED, an HTTP producer's next append is refused as cancelled, a live
 //! SSE reader sees the stream end as cancelled; a second stop and a stop of an ended response
-//! say what happened; only a writer grant may stop.
+//! say what happened; only a writer grant may stop. A legacy producer is told
+//! `cancel_requested`.
 mod common;
 
 use common::*;
@@ -243,5 +244,18 @@ async fn a_stop_of_an_ended_or_unknown_response_says_what_happened() {
     let (status, answer) = stop(&stop_url(&server, "closed-stream"), None).await;
     assert_eq!(status, StatusCode::CONFLICT);
     assert_eq!(answer, outcome("already_ended", "completed"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_stop_tells_a_legacy_producer_cancel_requested() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let mut legacy = LegacyProducer::start(&server.resumer().await, b"legacy-stop", "tok").await;
+    assert!(legacy.ack().await.success);
+    let (status, answer) = stop(&stop_url(&server, "legacy-stop"), None).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(answer, outcome("stopped", "cancelled"));
+    assert!(legacy.ack().await.cancel_requested);
     server.stop().await;
 }

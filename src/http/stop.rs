@@ -18,6 +18,7 @@ use super::{HttpFace, Query, access};
 use crate::access::Operation;
 use crate::id::ConversationId;
 use crate::recorder::{Found, Status};
+use crate::store::Gone;
 
 /// `POST /v1/stop/{path}`.
 pub(super) async fn stop(
@@ -97,12 +98,16 @@ impl HttpFace {
         }
     }
 
-    /// The status of conversation `id`'s latest recording (`deleted` for a tombstone), asked of
-    /// the instance that holds it; `None` when it was never recorded.
+    /// The status of conversation `id`'s latest recording (`deleted` for a deleted one's
+    /// tombstone), asked of the instance that holds it; `None` when it was never recorded.
     async fn status_of(&self, id: &ConversationId) -> Result<Option<Status>, Reply> {
         Ok(match self.found_anywhere(id).await? {
             Found::Recording(info) => Some(info.meta.status),
-            Found::Gone(_) => Some(Status::Deleted),
+            Found::Gone(tombstone) => match tombstone.gone {
+                Gone::Deleted => Some(Status::Deleted),
+                // Collected after its retention: how it had ended.
+                Gone::Expired => Some(tombstone.status),
+            },
             Found::Unknown => None,
         })
     }
