@@ -314,26 +314,32 @@ async function showRecording(view, id, signal) {
   let reading = new AbortController()
   let refreshing = null
   signal.addEventListener("abort", () => { reading.abort(); clearTimeout(refreshing) })
-  const follow = (offset) => {
+  // Follows the content from `offset`; `fresh` starts the shown content again. The server
+  // ends an SSE response after a minute: the read goes on from where it got to.
+  const follow = (offset, fresh = true) => {
     reading.abort()
-    reading = new AbortController()
-    content.replaceChildren()
+    const mine = (reading = new AbortController())
+    if (fresh) content.replaceChildren()
+    let next = offset
     const url = `${STREAMS}/${streamPath(id)}?offset=${encodeURIComponent(offset)}&live=sse`
     followEvents(url, (name, data, encoding) => {
       if (name === "data") content.append(shown(data, encoding, state.row.content_type))
       if (name === "control") {
         const control = JSON.parse(data)
-        at.textContent = control.streamNextOffset
+        next = control.streamNextOffset
+        at.textContent = next
         if (control.streamClosed) {
-          reading.abort()
+          mine.abort()
           refreshRow()
         } else if (!refreshing) {
           // Its length and readers, at most once a second while tokens come.
           refreshing = setTimeout(() => { refreshing = null; refreshRow() }, 1000)
         }
       }
-    }, reading.signal).catch((err) => {
-      if (!reading.signal.aborted) showError(`reading stopped: ${err.message ?? err}`)
+    }, mine.signal).then(() => {
+      if (!mine.signal.aborted) follow(next, false)
+    }).catch((err) => {
+      if (!mine.signal.aborted) showError(`reading stopped: ${err.message ?? err}`)
     })
   }
   const refreshRow = async () => {
