@@ -2,7 +2,8 @@
 //! follower (its writes run by the leader's face) is read live and as catch-up on the other
 //! nodes by the Durable Streams project's own client and the browser's EventSource, byte for
 //! byte; a stream open when the leader is SIGKILLed takes appends again through a surviving
-//! node once the next leader is elected, and nothing acknowledged is lost.
+//! node once the next leader is elected, and nothing acknowledged is lost; a stop on any
+//! node's face ends a producer connected to another.
 mod common;
 
 use std::time::Duration;
@@ -124,4 +125,60 @@ async fn an_open_stream_takes_appends_through_a_surviving_node_after_the_leader_
         written,
         "what node {reader} reads"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_on_any_nodes_face_ends_a_producer_connected_to_another() {
+    let trio = Trio::start_with_http(&[]);
+    let leader = trio.leader().await;
+    let followers: Vec<u64> = trio
+        .http
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
+    // A gRPC producer on one follower, an HTTP stream made through the other.
+    let producer = trio.nodes[&followers[0]].recorder().await;
+    let recording = common::Recording::open(&producer, b"stop-in-cluster").await;
+    recording.send("going").await;
+    let client = reqwest::Client::new();
+    let stream = format!(
+        "http://{}/v1/stream/http-stop-in-cluster",
+        trio.http[&followers[1]]
+    );
+    let created = client
+        .put(&stream)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+
+    // Stopped through the second follower's face (once it has applied the start) and the
+    // first's: the leader makes each cancel.
+    for (id, via) in [
+        ("stop-in-cluster", followers[1]),
+        ("http-stop-in-cluster", followers[0]),
+    ] {
+        let url = format!("http://{}/v1/stop/{id}", trio.http[&via]);
+        let deadline = tokio::time::Instant::now() + WAIT;
+        let answer = loop {
+            let answer = client.post(&url).send().await.unwrap();
+            if answer.status() != StatusCode::NOT_FOUND || tokio::time::Instant::now() > deadline {
+                break answer;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        assert_eq!(answer.status(), StatusCode::OK, "{id}");
+        assert!(answer.text().await.unwrap().contains("\"stopped\""), "{id}");
+    }
+    let told = recording.answer().await.unwrap();
+    assert_eq!(
+        told.status,
+        tapedeck::pb::RecordStatus::Cancelled as i32,
+        "{told:?}"
+    );
+    let (status, body) = append(&client, &stream, "more").await;
+    assert_eq!(status, StatusCode::CONFLICT, "{body}");
+    assert!(body.contains("cancelled"), "{body}");
 }
