@@ -3,7 +3,8 @@
 //! nodes by the Durable Streams project's own client and the browser's EventSource, byte for
 //! byte; a stream open when the leader is SIGKILLed takes appends again through a surviving
 //! node once the next leader is elected, and nothing acknowledged is lost; a stop on any
-//! node's face ends a producer connected to another.
+//! node's face ends a producer connected to another; a follower's console hears of a
+//! recording started on the leader.
 mod common;
 
 use std::time::Duration;
@@ -181,4 +182,32 @@ async fn a_stop_on_any_nodes_face_ends_a_producer_connected_to_another() {
     let (status, body) = append(&client, &stream, "more").await;
     assert_eq!(status, StatusCode::CONFLICT, "{body}");
     assert!(body.contains("cancelled"), "{body}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_followers_console_hears_of_a_recording_started_on_the_leader() {
+    use futures::StreamExt;
+    let trio = Trio::start_with_http(&[]);
+    let leader = trio.leader().await;
+    let follower = *trio.http.keys().find(|id| **id != leader).unwrap();
+    let changes = format!("http://{}/console/api/changes", trio.http[&follower]);
+    let events = reqwest::get(&changes).await.unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    let mut events = events.bytes_stream();
+    let first = tokio::time::timeout(WAIT, events.next()).await.unwrap();
+    assert!(String::from_utf8_lossy(&first.unwrap().unwrap()).contains("event: changed"));
+
+    let producer = trio.nodes[&leader].recorder().await;
+    let recording = common::Recording::open(&producer, b"seen-from-a-follower").await;
+    recording.send("token").await;
+    let next = tokio::time::timeout(WAIT, events.next()).await;
+    let next = next
+        .expect("the follower's console heard nothing")
+        .unwrap()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&next).contains("event: changed"));
+    // And its list shows the recording, from the follower's own applied state.
+    let list = format!("http://{}/console/api/recordings", trio.http[&follower]);
+    let page = reqwest::get(&list).await.unwrap().text().await.unwrap();
+    assert!(page.contains("seen-from-a-follower"), "{page}");
 }

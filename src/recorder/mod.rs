@@ -387,6 +387,18 @@ impl Recorder {
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::SeqCst)
     }
+
+    /// Whether the disk is full: recordings cannot grow until space is freed.
+    pub fn disk_full(&self) -> bool {
+        self.deck.store().is_full()
+    }
+
+    /// On a node of a cluster, a count of the log entries applied here (each commit anywhere
+    /// in the cluster is one); `None` on a single node.
+    pub fn applied_entries(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let store = self.deck.store();
+        store.is_replicated().then(|| store.applied_changes())
+    }
 }
 
 const SHUTDOWN_MESSAGE: &str = "server shutting down";

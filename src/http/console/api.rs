@@ -9,8 +9,9 @@
 //! - `GET overview`: the live recordings, every metric in the Prometheus text format (what
 //!   `/metrics` serves) and the instances; it needs an API key when access control is on;
 //! - `GET changes`: an SSE stream with a `changed` event whenever recordings start, end or
-//!   are deleted, and a `tick` every 2 s while any is live (their lengths grow), so the list
-//!   is fetched again when it changes, not polled.
+//!   are deleted (on a node of a cluster: when it applies commits, at most every 2 s), and a
+//!   `tick` every 2 s while any is live here (their lengths grow), so the list is fetched
+//!   again when it changes, not polled.
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -261,7 +262,7 @@ async fn overview_of(face: &HttpFace, headers: &HeaderMap) -> Result<Reply, Repl
     }
     let overview = json!({
         "live": face.recorder.deck().live_tapes().len(),
-        "disk_full": face.recorder.deck().store().is_full(),
+        "disk_full": face.recorder.disk_full(),
         "instances": instances,
         "metrics": crate::metrics::rendered(),
     });
@@ -274,24 +275,32 @@ pub(super) async fn changes(State(face): State<Arc<HttpFace>>, headers: HeaderMa
         return refused.into_response();
     }
     let count = face.recorder.deck().changes().follow();
+    // On a node of a cluster, recordings start and end where their producers are: what this
+    // node applies says so (every commit is an entry; told at most once per tick).
+    let applied = face.recorder.applied_entries();
     let stop = face.recorder.stopping().clone();
     // The first event goes out at once: the page fetches the list when its stream opens.
-    let events = futures::stream::unfold((true, count), move |(first, mut count)| {
+    let state = (true, count, applied);
+    let events = futures::stream::unfold(state, move |(first, mut count, mut applied)| {
         let stop = stop.clone();
         let face = face.clone();
         async move {
             if first {
                 count.borrow_and_update();
-                return Some((
-                    Ok::<_, std::convert::Infallible>(event("changed")),
-                    (false, count),
-                ));
+                let sent = Ok::<_, std::convert::Infallible>(event("changed"));
+                return Some((sent, (false, count, applied)));
             }
             let live = !face.recorder.deck().live_tapes().is_empty();
             let tick = async {
                 match live {
                     true => tokio::time::sleep(TICK).await,
                     false => std::future::pending().await,
+                }
+            };
+            let entry = async {
+                match applied.as_mut() {
+                    Some(applied) => applied.changed().await.is_ok(),
+                    None => std::future::pending().await,
                 }
             };
             let sent = tokio::select! {
@@ -303,9 +312,19 @@ pub(super) async fn changes(State(face): State<Arc<HttpFace>>, headers: HeaderMa
                     event("changed")
                 }
                 () = tick => event("tick"),
+                open = entry => {
+                    if !open {
+                        return None;
+                    }
+                    tokio::time::sleep(TICK).await;
+                    if let Some(applied) = applied.as_mut() {
+                        applied.borrow_and_update();
+                    }
+                    event("changed")
+                }
                 () = tokio::time::sleep(KEEPALIVE) => Bytes::from_static(b": keepalive\n\n"),
             };
-            Some((Ok(sent), (false, count)))
+            Some((Ok(sent), (false, count, applied)))
         }
     });
     Reply::new(StatusCode::OK)
