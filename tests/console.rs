@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Lines};
 use std::process::{ChildStdout, Command, Stdio};
 
 use common::*;
-use tapedeck::access::{Claims, Role, Secret};
+use tapedeck::access::Role;
 use tapedeck::pb::RecordStatus;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -132,20 +132,7 @@ async fn with_access_control_the_console_sees_only_what_the_credential_may() {
             .unwrap();
         assert_eq!(made.status(), 201);
     }
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    let claims = Claims {
-        sub: "user-3".into(),
-        exp,
-        nbf: None,
-        iss: None,
-        aud: None,
-        conversations: [("granted-1".to_string(), Role::Reader)].into(),
-    };
-    let grant = tapedeck::access::mint(&Secret::new(SECRET), &claims).unwrap();
+    let grant = grant(SECRET, &[("granted-1", Role::Reader)]);
 
     let (mut page, mut lines) = driver("access", &format!("http://{http}"), &grant);
     let result: serde_json::Value = serde_json::from_str(&next_line(&mut lines)).unwrap();

@@ -8,27 +8,14 @@ mod common;
 use common::*;
 use futures::StreamExt;
 use reqwest::StatusCode;
-use tapedeck::access::{AccessConfig, ApiKey, Claims, Role, Secret};
+use tapedeck::access::{AccessConfig, ApiKey, Role, Secret};
 use tapedeck::pb::RecordStatus;
 
 const SECRET: &str = "stop-grant-secret-of-at-least-32-bytes!";
 const API_KEY: &str = "agent-key-of-the-stop-test";
 
 fn grant(conversation: &str, role: Role) -> String {
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    let claims = Claims {
-        sub: "user-7".into(),
-        exp,
-        nbf: None,
-        iss: None,
-        aud: None,
-        conversations: [(conversation.to_string(), role)].into(),
-    };
-    tapedeck::access::mint(&Secret::new(SECRET), &claims).unwrap()
+    common::grant(SECRET, &[(conversation, role)])
 }
 
 /// The stop URL of `path` on `server`'s HTTP face.

@@ -1,6 +1,6 @@
 //! Test harness, one file per concern: in-process servers (`server`), the real binary and
 //! SIGKILL (`binary`), gRPC clients, producers and replays (`grpc`), loopback ports and a
-//! cuttable proxy (`net`), the host (`host`: root, tmpfs, memory, disk space), Python
+//! cuttable proxy (`net`), signed grants (`grants`), the host (`host`: root, tmpfs, memory, disk space), Python
 //! (`python`), Redis (`redis_server`), SeaweedFS's S3 (`seaweed`), a three-node cluster
 //! (`trio`) and links between a cluster's nodes that can be cut and healed (`links`).
 //! Everything but the last five is re-exported here, so a test file needs only
@@ -10,6 +10,7 @@
 use std::time::Duration;
 
 mod binary;
+mod grants;
 mod grpc;
 mod host;
 pub(crate) mod links;
@@ -23,7 +24,7 @@ pub(crate) mod trio;
 
 // Each test binary uses a different part of these, so some are unused in each.
 #[allow(unused_imports)]
-pub(crate) use {binary::*, grpc::*, host::*, net::*, server::*};
+pub(crate) use {binary::*, grants::*, grpc::*, host::*, net::*, server::*};
 
 /// How long any single wait in a test may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
