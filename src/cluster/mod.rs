@@ -14,8 +14,9 @@
 //!   fdatasync per batch, before openraft hears an entry is persisted).
 //! - `machine`: the state machine, which applies committed entries to the store;
 //!   `snapshots`: its snapshots, files beside the log.
-//! - `node`: a node started: the log, the state machine, the network, the cluster formed,
-//!   the store's commits proposed.
+//! - `node`: a node started: the log, the state machine, the network; `formation`: the
+//!   cluster formed or rejoined; `leadership`: leading, and the channel to the leader;
+//!   `proposer`: the store's commits proposed.
 //! - `rejoin`: a node that found its log empty votes again only once it has caught up.
 //! - `status`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
 //! - `tls`: TLS between nodes, from the gRPC TLS settings.
@@ -23,8 +24,10 @@
 //!   tonic on `--cluster-listen`; `wire`: how they are encoded.
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
 mod ending;
+mod formation;
 mod forwarded;
 mod http_writes;
+mod leadership;
 mod log;
 mod log_file;
 mod log_writer;
@@ -32,6 +35,7 @@ mod machine;
 mod network;
 mod node;
 mod produce;
+mod proposer;
 mod rejoin;
 mod service;
 mod settings;
