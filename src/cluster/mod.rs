@@ -8,7 +8,8 @@
 //!   leader's face.
 //! - `ending`: cancels and deletes made on the leader, for any node's clients.
 //! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
-//!   leader (this node's side, the leader's side), failing over to the next leader.
+//!   leader (this node's side, the leader's side), failing over to the next leader;
+//!   `forwarded_session`: the task that runs this node's side over its call to the leader.
 //! - `log`: this node's Raft log on disk (openraft's log storage), indexed in memory;
 //!   `log_file`: its on-disk formats; `log_writer`: its writer thread (group commit, one
 //!   fdatasync per batch, before openraft hears an entry is persisted).
@@ -26,6 +27,7 @@
 mod ending;
 mod formation;
 mod forwarded;
+mod forwarded_session;
 mod http_writes;
 mod leadership;
 mod log;

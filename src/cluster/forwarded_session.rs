@@ -1,0 +1,255 @@
+//! The task that runs a forwarded producer session (see `forwarded`): it owns the call to the
+//! leader, acknowledges each content once the leader says it is committed, and when the
+//! leader is lost opens the session again on the next one and resends what was not acknowledged.
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Status, Streaming};
+
+use super::Cluster;
+use super::forwarded::{Command, FAILOVER_WAIT, OUTGOING, Outcome, outcome, refused, retriable};
+use crate::error::{Error, Result};
+use crate::pb::cluster::cluster_client::ClusterClient;
+use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
+
+/// A content sent to the leader and not acknowledged yet.
+pub(super) struct Unacked {
+    /// Byte offset just after it.
+    end: u64,
+    content: String,
+    /// Told its end once it is committed.
+    done: oneshot::Sender<Result<u64>>,
+}
+
+/// One open `Produce` call to the leader.
+pub(super) struct Connection {
+    outgoing: mpsc::Sender<Produced>,
+    incoming: Streaming<Producing>,
+}
+
+impl Cluster {
+    /// Opens `open` on the leader; returns the call and what is committed of the recording.
+    /// Tries again while no leader answers, up to [`FAILOVER_WAIT`].
+    ///
+    /// Fails with the leader's refusal (at once), or `NoQuorum`.
+    pub(super) async fn open_session(&self, open: &Open) -> Result<(Connection, u64)> {
+        let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
+        let mut pause = Duration::from_millis(20);
+        loop {
+            match self.try_open(open).await {
+                Ok(opened) => return Ok(opened),
+                Err(status) if retriable(&status) && tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(%status, "no leader took the producer session yet");
+                }
+                Err(status) if !retriable(&status) => return Err(refused(status)),
+                Err(_) => return Err(self.no_quorum()),
+            }
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(500));
+        }
+    }
+
+    async fn try_open(&self, open: &Open) -> std::result::Result<(Connection, u64), Status> {
+        let channel = self
+            .leader_channel()
+            .await
+            .ok_or_else(|| Status::unavailable("no leader is known"))?;
+        let (outgoing, receiver) = mpsc::channel(OUTGOING);
+        let first = Produced {
+            kind: Some(produced::Kind::Open(open.clone())),
+        };
+        let _ = outgoing.send(first).await;
+        let mut client = ClusterClient::new(channel).max_decoding_message_size(usize::MAX);
+        let mut incoming = client
+            .produce(ReceiverStream::new(receiver))
+            .await?
+            .into_inner();
+        match incoming.message().await? {
+            Some(Producing {
+                kind: Some(producing::Kind::Opened(committed)),
+            }) => Ok((Connection { outgoing, incoming }, committed)),
+            _ => Err(Status::unavailable("the leader did not open the session")),
+        }
+    }
+}
+
+/// The task that runs a forwarded session: it owns the call to the leader.
+pub(super) struct Session {
+    pub(super) cluster: Cluster,
+    pub(super) open: Open,
+    /// What the leader last said is committed (shared with the handle).
+    pub(super) acked: u64,
+    pub(super) shared_acked: Arc<AtomicU64>,
+    /// Contents sent and not yet acknowledged, in order, each with its end offset and its
+    /// waiter: exactly those that end after `acked`.
+    pub(super) unacked: VecDeque<Unacked>,
+    /// The producer asked to complete or let go: how, and who to answer when the leader says
+    /// how the session ended.
+    pub(super) finishing: Option<(produced::Kind, oneshot::Sender<Result<Outcome>>)>,
+}
+
+impl Session {
+    /// Runs the session over `connection`, and over the calls to the next leaders, until it
+    /// ends; `commands` come from the handle, `ended` tells it how the session ended.
+    pub(super) async fn drive(
+        mut self,
+        mut connection: Connection,
+        mut commands: mpsc::Receiver<Command>,
+        ended: watch::Sender<Option<Outcome>>,
+    ) {
+        loop {
+            let lost = self.serve(&mut connection, &mut commands, &ended).await;
+            let Some(status) = lost else {
+                // Ended: what was sent and not committed never will be, here.
+                self.fail(self.cluster.no_quorum());
+                return;
+            };
+            if !retriable(&status) {
+                self.fail(refused(status));
+                return;
+            }
+            tracing::info!(%status, "lost the leader of a forwarded producer session; resuming on the next one");
+            // Resume where the contents not acknowledged begin, and send them again: the
+            // leader skips what of them it had committed after all.
+            self.open.resume_from = Some(self.resend_from());
+            match self.cluster.open_session(&self.open).await {
+                Ok((next, committed)) => {
+                    connection = next;
+                    let resent = self.resend(&connection).await;
+                    self.commit(committed);
+                    if !resent {
+                        continue;
+                    }
+                }
+                Err(err) => {
+                    self.fail(err);
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Serves the session over `connection` until it ends (`None`) or the call fails.
+    async fn serve(
+        &mut self,
+        connection: &mut Connection,
+        commands: &mut mpsc::Receiver<Command>,
+        ended: &watch::Sender<Option<Outcome>>,
+    ) -> Option<Status> {
+        loop {
+            tokio::select! {
+                command = commands.recv(), if self.finishing.is_none() => {
+                    let Some(command) = command else {
+                        // The handle is gone without a word: let go, the client may resume.
+                        let detach = produced::Kind::Detach("the producer's call went away".into());
+                        let _ = connection.outgoing.send(Produced { kind: Some(detach) }).await;
+                        return None;
+                    };
+                    match command {
+                        Command::Content { content, end, done } => {
+                            let message = Produced { kind: Some(produced::Kind::Content(content.clone())) };
+                            if end <= self.acked {
+                                // Resent by a resuming client and committed already: the
+                                // leader skips it.
+                                let _ = done.send(Ok(end));
+                            } else {
+                                self.unacked.push_back(Unacked { end, content, done });
+                            }
+                            if connection.outgoing.send(message).await.is_err() {
+                                return Some(Status::unavailable("the leader's call closed"));
+                            }
+                        }
+                        Command::Finish(kind, done) => {
+                            let message = Produced { kind: Some(kind.clone()) };
+                            self.finishing = Some((kind, done));
+                            if connection.outgoing.send(message).await.is_err() {
+                                return Some(Status::unavailable("the leader's call closed"));
+                            }
+                        }
+                        Command::Detach(message) => {
+                            let _ = connection.outgoing.send(message).await;
+                            return None;
+                        }
+                    }
+                }
+                answer = connection.incoming.message() => match answer {
+                    Ok(Some(Producing { kind: Some(producing::Kind::Committed(length)) })) => self.commit(length),
+                    Ok(Some(Producing { kind: Some(producing::Kind::Ended(end)) })) => {
+                        let outcome = outcome(&end);
+                        // Everything in the recording as it ended is committed.
+                        self.commit(outcome.progress.bytes);
+                        if let Some((_, done)) = self.finishing.take() {
+                            let _ = done.send(Ok(outcome.clone()));
+                        }
+                        let _ = ended.send(Some(outcome));
+                        return None;
+                    }
+                    Ok(Some(_)) => {}
+                    Ok(None) => return Some(Status::unavailable("the leader ended the call")),
+                    Err(status) => return Some(status),
+                }
+            }
+        }
+    }
+
+    /// Where the contents not acknowledged begin (they follow one another).
+    fn resend_from(&self) -> u64 {
+        match self.unacked.front() {
+            Some(first) => first.end - first.content.len() as u64,
+            None => self.acked,
+        }
+    }
+
+    /// The leader says everything up to `length` is committed.
+    fn commit(&mut self, length: u64) {
+        self.acked = self.acked.max(length);
+        self.shared_acked.store(self.acked, Ordering::Relaxed);
+        while let Some(first) = self.unacked.front() {
+            if first.end > self.acked {
+                break;
+            }
+            if let Some(Unacked { end, done, .. }) = self.unacked.pop_front() {
+                let _ = done.send(Ok(end));
+            }
+        }
+    }
+
+    /// Sends the unacknowledged contents (and the completion, if asked) on a new call; false
+    /// when the call failed already.
+    async fn resend(&mut self, connection: &Connection) -> bool {
+        for unacked in &self.unacked {
+            let message = Produced {
+                kind: Some(produced::Kind::Content(unacked.content.clone())),
+            };
+            if connection.outgoing.send(message).await.is_err() {
+                return false;
+            }
+        }
+        if let Some((kind, _)) = &self.finishing {
+            let message = Produced {
+                kind: Some(kind.clone()),
+            };
+            return connection.outgoing.send(message).await.is_ok();
+        }
+        true
+    }
+
+    /// Fails every waiter with `err`.
+    fn fail(&mut self, err: Error) {
+        let message = err.client_message();
+        let kind = err.kind();
+        for unacked in self.unacked.drain(..) {
+            let _ = unacked.done.send(Err(Error::LeaderRefused {
+                kind,
+                message: message.clone(),
+            }));
+        }
+        if let Some((_, done)) = self.finishing.take() {
+            let _ = done.send(Err(err));
+        }
+    }
+}
