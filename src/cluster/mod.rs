@@ -10,9 +10,9 @@
 //! - `forwarded`, `produce`: producer sessions a node holds for its clients, run by the
 //!   leader (this node's side, the leader's side), failing over to the next leader;
 //!   `forwarded_session`: the task that runs this node's side over its call to the leader.
-//! - `log`: this node's Raft log on disk (openraft's log storage), indexed in memory;
-//!   `log_file`: its on-disk formats; `log_writer`: its writer thread (group commit, one
-//!   fdatasync per batch, before openraft hears an entry is persisted).
+//! - `log/`: this node's Raft log on disk (openraft's log storage), indexed in memory: its
+//!   reader, its on-disk formats, its writer thread (group commit, one fdatasync per batch,
+//!   before openraft hears an entry is persisted).
 //! - `machine`: the state machine, which applies committed entries to the store;
 //!   `snapshots`: its snapshots, files beside the log.
 //! - `node`: a node started: the log, the state machine, the network; `formation`: the
@@ -31,8 +31,6 @@ mod forwarded_session;
 mod http_writes;
 mod leadership;
 mod log;
-mod log_file;
-mod log_writer;
 mod machine;
 mod network;
 mod node;

@@ -48,7 +48,7 @@ impl Rejoin {
         let marker = dir.join(MARKER);
         if empty && !marker.exists() {
             std::fs::File::create(&marker)?.sync_all()?;
-            super::log_file::sync_dir(&marker)?;
+            super::log::files::sync_dir(&marker)?;
         }
         Ok(Rejoin {
             pending: AtomicBool::new(marker.exists()),
@@ -107,7 +107,7 @@ impl Rejoin {
             Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }
-        super::log_file::sync_dir(&self.marker)?;
+        super::log::files::sync_dir(&self.marker)?;
         self.pending.store(false, Ordering::Release);
         Ok(())
     }

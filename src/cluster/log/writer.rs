@@ -10,8 +10,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::oneshot;
 
-use super::log::State;
-use super::log_file::{self, LogId};
+use super::State;
+use super::files::{self, LogId};
 
 /// Told whether an append is persisted (written and synced) or failed.
 pub(crate) type Flushed = Box<dyn FnOnce(io::Result<()>) + Send>;
@@ -148,7 +148,7 @@ impl Writer {
     }
 
     fn purge(&mut self, purged: LogId, keep_from: Option<u64>) -> io::Result<()> {
-        log_file::write_atomic(&self.purged_path, &purged)?;
+        files::write_atomic(&self.purged_path, &purged)?;
         let Some(keep_from) = keep_from else {
             return Ok(());
         };
@@ -168,7 +168,7 @@ impl Writer {
         }
         new.sync_data()?;
         std::fs::rename(&tmp, &self.path)?;
-        log_file::sync_dir(&self.path)?;
+        files::sync_dir(&self.path)?;
         let new = OpenOptions::new().read(true).write(true).open(&self.path)?;
         let mut state = self.lock();
         state.file = Arc::new(new);

@@ -9,7 +9,7 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use super::types::TypeConfig;
+use crate::cluster::types::TypeConfig;
 
 /// An entry of the log.
 pub(crate) type Entry = openraft::Entry<TypeConfig>;

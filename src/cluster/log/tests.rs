@@ -98,7 +98,7 @@ async fn a_torn_tail_is_cut_off() {
     let size = std::fs::metadata(&path).expect("stat").len();
     // Half of a fourth frame: a crash in the middle of its write.
     let mut frame = Vec::new();
-    log_file::encode(&entry(1, 4), &mut frame).expect("encode");
+    files::encode(&entry(1, 4), &mut frame).expect("encode");
     let file = OpenOptions::new()
         .write(true)
         .open(&path)
@@ -158,7 +158,7 @@ async fn damage_before_the_tail_is_an_error_naming_the_file() {
     assert!(error.to_string().contains("entries.log"), "{error}");
 }
 
-const HEADER_PLUS_ONE: u64 = log_file::HEADER + 1;
+const HEADER_PLUS_ONE: u64 = files::HEADER + 1;
 
 #[tokio::test]
 async fn truncate_then_append_replaces_the_tail() {
