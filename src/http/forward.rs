@@ -82,5 +82,5 @@ impl LocalHttp for Answering {
 
 /// Answers the writes other nodes forward here with `face`'s routes.
 pub(super) fn answer_forwarded(cluster: &Cluster, face: Arc<HttpFace>) {
-    cluster.answer_http_with(Arc::new(Answering(super::routes(face))));
+    cluster.answer_http_with(Arc::new(Answering(super::router::routes(face))));
 }

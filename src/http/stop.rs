@@ -13,8 +13,9 @@ use axum::response::{IntoResponse, Response};
 use http::StatusCode;
 use tracing::Instrument;
 
+use super::dispatch::Query;
 use super::reply::{Replied, Reply};
-use super::{HttpFace, Query, access};
+use super::{HttpFace, access};
 use crate::access::Operation;
 use crate::id::ConversationId;
 use crate::recorder::{Found, Status};
