@@ -7,15 +7,29 @@
 //! ([`registrar`]) from the recorder's change set. When Redis is unreachable every instance
 //! keeps serving what it holds, logs it once, retries with backoff, and registers everything
 //! again once Redis is back.
+//!
+//! # Layout
+//! - this file: [`Locator`], the handle the faces share, and [`Route`].
+//! - `settings`: [`LocatorConfig`], where Redis is and how other instances reach this one.
+//! - `instance`: this instance's id, kept in the data dir.
+//! - `lookups`: what the faces ask Redis (owners, live statuses, other instances).
+//! - `connection`: every call to Redis, with its timeout, reachability noted, and backoff.
+//! - `entry`: an entry's keys, fields and the scripts that claim and release it.
+//! - `registrar`: mirroring this instance's recordings into entries.
+//! - `inbox`, `asks`: messages between instances, and the calls forwarded over them.
 
 mod asks;
+mod connection;
 mod entry;
 mod inbox;
+mod instance;
+mod lookups;
 mod registrar;
+mod settings;
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -25,9 +39,13 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 pub use entry::Owner;
+pub use instance::INSTANCE_FILE;
+pub use settings::LocatorConfig;
 
 use crate::error::{Error, Result};
 use crate::recorder::Recorder;
+use connection::back_off;
+use instance::{instance_id, owner_token};
 
 /// How long a live recording's entry lives unless refreshed.
 const LIVE_TTL: Duration = Duration::from_secs(10);
@@ -42,41 +60,6 @@ const FORWARD_TIMEOUT: Duration = Duration::from_secs(3);
 const FORWARDED_CANCEL_WAIT: Duration = Duration::from_secs(2);
 /// Retry backoff after a failure to reach Redis: from the first delay, doubling to the last.
 const BACKOFF: (Duration, Duration) = (Duration::from_millis(100), Duration::from_secs(5));
-
-/// Where the locator finds Redis and how other instances reach this one.
-#[derive(Clone)]
-pub struct LocatorConfig {
-    /// `redis://[user:password@]host:port[/db]`.
-    pub redis_url: String,
-    /// `host:port` other instances redirect clients to.
-    pub advertised_address: String,
-    /// `host:port` of this instance's HTTP face, where other instances send HTTP requests
-    /// about the streams it holds (`--advertised-http-address`); none: they answer 404.
-    pub advertised_http_address: Option<String>,
-}
-
-impl LocatorConfig {
-    /// The Redis URL with any credentials in it replaced by `***`, for logs.
-    pub fn redacted_url(&self) -> String {
-        match (
-            self.redis_url.split_once("://"),
-            self.redis_url.rsplit_once('@'),
-        ) {
-            (Some((scheme, _)), Some((_, host))) => format!("{scheme}://***@{host}"),
-            _ => self.redis_url.clone(),
-        }
-    }
-}
-
-impl std::fmt::Debug for LocatorConfig {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("LocatorConfig")
-            .field("redis_url", &self.redacted_url())
-            .field("advertised_address", &self.advertised_address)
-            .field("advertised_http_address", &self.advertised_http_address)
-            .finish()
-    }
-}
 
 /// Where a call about a conversation is served.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -181,262 +164,8 @@ impl Locator {
         self.inner.tasks.wait().await;
     }
 
-    /// Where calls about conversation `key` go: here when its recording is live here;
-    /// otherwise to the instance that registered it, if that is another one, unless it has
-    /// ended and the object store holds it (its owner may be gone: any instance serves it).
-    pub async fn route(&self, recorder: &Recorder, key: u128) -> Route {
-        if recorder.deck().live(key).is_some() {
-            return Route::Here;
-        }
-        match self.owner(key).await {
-            Some(owner) if owner.instance != self.inner.instance => {
-                if !owner.live && recorder.in_object_store(key).await {
-                    Route::Here
-                } else {
-                    Route::There(owner)
-                }
-            }
-            _ => Route::Here,
-        }
-    }
-
-    /// The owner Redis names for conversation `key`; `None` when there is no entry or Redis
-    /// did not answer in time.
-    async fn owner(&self, key: u128) -> Option<Owner> {
-        let mut cmd = redis::cmd("HMGET");
-        cmd.arg(entry::entry_key(key)).arg(&entry::OWNER_FIELDS[..]);
-        let fields: Vec<Option<String>> = self.query(&cmd).await?;
-        entry::owner(fields)
-    }
-
-    /// Which of `keys` are live on any instance, in one round trip; `None` when Redis did not
-    /// answer in time (the caller answers from local state; that is logged once an outage).
-    pub async fn live_among(&self, keys: &[u128]) -> Option<HashSet<u128>> {
-        if keys.is_empty() {
-            return Some(HashSet::new());
-        }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("HGET").arg(entry::entry_key(*key)).arg("status");
-        }
-        let Some(statuses): Option<Vec<Option<String>>> = self.query_pipe(&pipe).await else {
-            if !self.inner.local_check_logged.swap(true, Ordering::SeqCst) {
-                tracing::warn!(
-                    "live checks answer from this instance's recordings only until Redis \
-                     answers again"
-                );
-            }
-            return None;
-        };
-        Some(
-            keys.iter()
-                .zip(statuses)
-                .filter(|(_, status)| status.as_deref() == Some("recording"))
-                .map(|(key, _)| *key)
-                .collect(),
-        )
-    }
-
-    /// Which instance each of `keys`' entries names (`None` where there is no entry), in one
-    /// round trip; `None` when Redis did not answer in time.
-    pub async fn instances_of(&self, keys: &[u128]) -> Option<Vec<Option<String>>> {
-        if keys.is_empty() {
-            return Some(Vec::new());
-        }
-        let mut pipe = redis::pipe();
-        for key in keys {
-            pipe.cmd("HGET").arg(entry::entry_key(*key)).arg("instance");
-        }
-        self.query_pipe(&pipe).await
-    }
-
-    /// Announces this instance's address for [`LIVE_TTL`]: the registrar does so at each
-    /// refresh, so the announcement lapses soon after the instance is gone. Whether Redis
-    /// answered.
-    async fn announce(&self) -> bool {
-        let mut cmd = redis::cmd("SET");
-        cmd.arg(entry::instance_key(&self.inner.instance))
-            .arg(&self.inner.address)
-            .arg("PX")
-            .arg(LIVE_TTL.as_millis() as u64);
-        self.query::<()>(&cmd).await.is_some()
-    }
-
-    /// Every other instance running on this Redis (announced within [`LIVE_TTL`]): its id and
-    /// address; `None` when Redis did not answer in time. A `SCAN` of the announcement keys:
-    /// one round trip per hundred instances.
-    pub async fn other_instances(&self) -> Option<Vec<(String, String)>> {
-        let mut keys = Vec::new();
-        let mut cursor: u64 = 0;
-        loop {
-            let mut cmd = redis::cmd("SCAN");
-            cmd.arg(cursor)
-                .arg("MATCH")
-                .arg(entry::INSTANCE_PATTERN)
-                .arg("COUNT")
-                .arg(100);
-            let (next, found): (u64, Vec<String>) = self.query(&cmd).await?;
-            keys.extend(found);
-            if next == 0 {
-                break;
-            }
-            cursor = next;
-        }
-        keys.retain(|key| entry::instance_of(key) != Some(self.inner.instance.as_str()));
-        if keys.is_empty() {
-            return Some(Vec::new());
-        }
-        let mut cmd = redis::cmd("MGET");
-        cmd.arg(&keys);
-        let addresses: Vec<Option<String>> = self.query(&cmd).await?;
-        Some(
-            keys.iter()
-                .zip(addresses)
-                .filter_map(|(key, address)| Some((entry::instance_of(key)?.to_string(), address?)))
-                .collect(),
-        )
-    }
-
     /// This instance's advertised address.
     pub fn address(&self) -> &str {
         &self.inner.address
-    }
-
-    /// Publishes `message` to `instance`'s inbox; how many listeners got it, or `None` when
-    /// Redis did not answer in time.
-    async fn publish(&self, instance: &str, message: &inbox::Message) -> Option<usize> {
-        let mut cmd = redis::cmd("PUBLISH");
-        cmd.arg(entry::inbox(instance)).arg(message.encode());
-        self.query(&cmd).await
-    }
-
-    /// Runs one command with the call timeout, noting whether Redis answered.
-    async fn query<T: redis::FromRedisValue>(&self, cmd: &redis::Cmd) -> Option<T> {
-        let mut conn = self.inner.conn.clone();
-        let answer = tokio::time::timeout(CALL_TIMEOUT, cmd.query_async(&mut conn)).await;
-        self.noted(answer)
-    }
-
-    /// Runs a pipeline with the call timeout, noting whether Redis answered.
-    async fn query_pipe<T: redis::FromRedisValue>(&self, pipe: &redis::Pipeline) -> Option<T> {
-        let mut conn = self.inner.conn.clone();
-        let answer = tokio::time::timeout(CALL_TIMEOUT, pipe.query_async(&mut conn)).await;
-        self.noted(answer)
-    }
-
-    fn noted<T>(
-        &self,
-        answer: std::result::Result<redis::RedisResult<T>, tokio::time::error::Elapsed>,
-    ) -> Option<T> {
-        match answer {
-            Ok(Ok(value)) => {
-                self.reachable();
-                Some(value)
-            }
-            Ok(Err(err)) => {
-                self.unreachable(&err.to_string());
-                None
-            }
-            Err(_) => {
-                self.unreachable(&format!("no answer within {CALL_TIMEOUT:?}"));
-                None
-            }
-        }
-    }
-
-    /// Notes that Redis answered: logged once after an outage, and everything is registered
-    /// again (entries may have expired, or Redis may have restarted empty).
-    fn reachable(&self) {
-        if !self.inner.reachable.swap(true, Ordering::SeqCst) {
-            tracing::info!("Redis is reachable again; registering every recording again");
-            self.inner.local_check_logged.store(false, Ordering::SeqCst);
-            self.inner.resync.notify_one();
-        }
-    }
-
-    /// Notes that Redis did not answer: logged once per outage.
-    fn unreachable(&self, why: &str) {
-        if self.inner.reachable.swap(false, Ordering::SeqCst) {
-            tracing::warn!(
-                error = why,
-                "Redis is unreachable; serving local recordings only, and retrying"
-            );
-        }
-    }
-}
-
-/// The owner token of generation `generation` of a conversation's recording on `instance`.
-fn owner_token(instance: &str, generation: u64) -> String {
-    format!("{instance}:{generation}")
-}
-
-/// Name of the file in the data dir that keeps this instance's id.
-pub const INSTANCE_FILE: &str = "tapedeck.instance";
-
-/// This instance's id: read from the data dir, or made and written there on first start. It
-/// names the instance's inbox and is part of its owner tokens, so it must outlive restarts:
-/// after one, the instance takes its own entries back rather than competing with them.
-fn instance_id(data_dir: &Path) -> Result<String> {
-    let path = data_dir.join(INSTANCE_FILE);
-    let failed = |err: std::io::Error| Error::Locator {
-        reason: format!("cannot keep the instance id in {}: {err}", path.display()),
-    };
-    match std::fs::read_to_string(&path) {
-        Ok(text) => match uuid::Uuid::parse_str(text.trim()) {
-            Ok(id) => Ok(id.to_string()),
-            Err(_) => Err(Error::Locator {
-                reason: format!("{} does not hold a UUID", path.display()),
-            }),
-        },
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
-            let id = uuid::Uuid::new_v4().to_string();
-            let staging = data_dir.join(format!("{INSTANCE_FILE}.new"));
-            std::fs::write(&staging, &id).map_err(failed)?;
-            std::fs::File::open(&staging)
-                .and_then(|f| f.sync_all())
-                .map_err(failed)?;
-            std::fs::rename(&staging, &path).map_err(failed)?;
-            Ok(id)
-        }
-        Err(err) => Err(failed(err)),
-    }
-}
-
-/// Sleeps the backoff delay after `failures` failures in a row, or until `stop`; false if
-/// stopped.
-async fn back_off(failures: u32, stop: &CancellationToken) -> bool {
-    let delay = BACKOFF
-        .0
-        .saturating_mul(1 << failures.min(16))
-        .min(BACKOFF.1);
-    tokio::select! {
-        () = tokio::time::sleep(delay) => true,
-        () = stop.cancelled() => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_instance_id_outlives_a_restart_and_a_damaged_one_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let first = instance_id(dir.path()).unwrap();
-        assert_eq!(instance_id(dir.path()).unwrap(), first);
-        std::fs::write(dir.path().join(INSTANCE_FILE), "not a uuid").unwrap();
-        let err = instance_id(dir.path()).unwrap_err().to_string();
-        assert!(err.contains("does not hold a UUID"), "{err}");
-    }
-
-    #[test]
-    fn credentials_in_the_redis_url_are_never_shown() {
-        let config = LocatorConfig {
-            redis_url: "redis://user:hunter2@10.0.0.5:6379/2".into(),
-            advertised_address: "10.0.0.1:9090".into(),
-            advertised_http_address: None,
-        };
-        assert_eq!(config.redacted_url(), "redis://***@10.0.0.5:6379/2");
-        assert!(!format!("{config:?}").contains("hunter2"));
     }
 }
