@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 mod logged;
 mod redo;
 mod replay;
+mod replay_tables;
 
 pub(crate) use logged::Logged;
 pub(crate) use redo::{Redo, TableId};
