@@ -7,57 +7,24 @@
 //! damaged file is refused with one line and is never written, and no tool reports numbers
 //! or "no problems" off a file redb's check finds damaged. Only `compact`, on a file that
 //! passed, writes to it.
-use std::collections::{BTreeMap, HashSet};
+//!
+//! The statistics are read in `stats`, the invariants checked in `check`; this file opens and
+//! verifies the file for each tool, and compacts it.
+mod check;
+mod stats;
+
 use std::path::Path;
 
-use redb::{
-    Database, DatabaseError, ReadableDatabase, ReadableTable, ReadableTableMetadata, StorageBackend,
-};
+use redb::{Database, DatabaseError, StorageBackend};
+
+pub use check::Problems;
+pub use stats::Stats;
 
 use super::overlay::Overlay;
 use super::recovery::quietly_catch_panic;
-use super::schema::{self, CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONES};
-use super::seal_marks::{SEALED, SealMark};
-use super::segment::Segment;
+use super::schema::META;
 use super::wal;
 use crate::error::{Error, Result};
-use crate::status::Status;
-
-/// What a database holds.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Stats {
-    /// Recordings by status.
-    pub by_status: BTreeMap<&'static str, u64>,
-    /// UTF-8 bytes of the recordings that have ended (live ones count in chunks only).
-    pub recorded_bytes: u64,
-    /// Chunks folded into the chunks table.
-    pub chunks: u64,
-    /// Rows of the chunks table: segments of consecutive chunks (one chunk each before
-    /// schema 4).
-    pub segments: u64,
-    /// Entries an earlier version left in its journal table, folded on the next start (this
-    /// version keeps the journal in memory and the log).
-    pub journal_backlog: u64,
-    /// Tombstones of collected or deleted recordings.
-    pub tombstones: u64,
-    /// Ended recordings sealed into the object store (`--object-store`).
-    pub sealed: u64,
-    /// Of those, the ones whose chunks left local disk (read from the object store).
-    pub sealed_remote_only: u64,
-    /// Ended recordings not sealed yet: the sealer's backlog with an object store (without
-    /// one, every ended recording counts).
-    pub seal_backlog: u64,
-    /// Bytes of keys and values stored in every table: the live data.
-    pub live_bytes: u64,
-    /// Size of the file.
-    pub file_bytes: u64,
-    /// Bytes of the write-ahead log holding commits not in the file yet: a server that
-    /// crashed left them (a start of the server, or `check`, applies them).
-    pub log_bytes: u64,
-}
-
-/// What a check found wrong; empty when nothing is.
-pub type Problems = Vec<String>;
 
 /// Reads `path`'s statistics without changing the file; `progress` is told the rows done so
 /// far and the total.
@@ -66,74 +33,7 @@ pub type Problems = Vec<String>;
 /// integrity check finds it damaged, or with a decoding error.
 pub fn stats(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Stats> {
     let db = verified(path)?;
-    guarded(path, || read_stats(&db, path, progress))
-}
-
-fn read_stats(db: &Database, path: &Path, mut progress: impl FnMut(u64, u64)) -> Result<Stats> {
-    let txn = db.begin_read().map_err(Error::storage)?;
-    let rows = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-    let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-    let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
-    let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
-    let total = rows.len().map_err(Error::storage)?;
-    let segmented = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?.is_some_and(|v| v >= 4);
-    let checkpoint = meta_number(&txn, wal::CHECKPOINT_LSN_KEY)?.unwrap_or(0);
-    let wal_path = wal::path_of(path);
-    let log_bytes = wal::pending_bytes(&wal_path, checkpoint).map_err(|source| Error::DataDir {
-        path: wal_path.clone(),
-        source,
-    })?;
-    let mut stats = Stats {
-        segments: chunks.len().map_err(Error::storage)?,
-        journal_backlog: journal.len().map_err(Error::storage)?,
-        tombstones: tombstones.len().map_err(Error::storage)?,
-        file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
-        log_bytes,
-        ..Stats::default()
-    };
-    let sealed = schema::optional_table(&txn, SEALED)?;
-    for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
-        let (key, value) = row.map_err(Error::storage)?;
-        let meta = schema::decode_meta(value.value())?;
-        *stats.by_status.entry(meta.status.as_str()).or_default() += 1;
-        if !meta.status.is_live() && meta.status != Status::Deleted {
-            let mark = match &sealed {
-                Some(table) => match table.get(key.value()).map_err(Error::storage)? {
-                    Some(bytes) => Some(SealMark::decode(bytes.value())?),
-                    None => None,
-                },
-                None => None,
-            };
-            match mark.filter(|mark| mark.generation == meta.generation) {
-                Some(mark) => {
-                    stats.sealed += 1;
-                    stats.sealed_remote_only += u64::from(!mark.local);
-                }
-                None => stats.seal_backlog += 1,
-            }
-        }
-        if meta.status != Status::Recording {
-            stats.recorded_bytes += meta.byte_len;
-        }
-        stats.live_bytes += 16 + value.value().len() as u64;
-        if done % 1024 == 0 {
-            progress(done as u64, total);
-        }
-    }
-    for row in chunks.iter().map_err(Error::storage)? {
-        let (_, value) = row.map_err(Error::storage)?;
-        stats.chunks += match segmented {
-            true => Segment::parse(value.value())?.len() as u64,
-            false => 1,
-        };
-        stats.live_bytes += 24 + value.value().len() as u64;
-    }
-    for entry in journal.iter().map_err(Error::storage)? {
-        let (_, value) = entry.map_err(Error::storage)?;
-        stats.live_bytes += 8 + value.value().len() as u64;
-    }
-    progress(total, total);
-    Ok(stats)
+    guarded(path, || stats::read_stats(&db, path, progress))
 }
 
 /// Checks `path` without changing it: redb's own integrity check, then, with the commits its
@@ -148,129 +48,8 @@ pub fn check(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Problems> {
     let db = verified(path)?;
     guarded(path, || {
         wal::replay(&db, &wal::path_of(path))?;
-        check_invariants(&db, progress)
+        check::check_invariants(&db, progress)
     })
-}
-
-fn check_invariants(db: &Database, mut progress: impl FnMut(u64, u64)) -> Result<Problems> {
-    let mut problems = Problems::new();
-    let txn = db.begin_read().map_err(Error::storage)?;
-    let version = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?;
-    if version != Some(schema::SCHEMA_VERSION) {
-        problems.push(format!(
-            "schema version {version:?}, expected {} (start the server once to upgrade)",
-            schema::SCHEMA_VERSION
-        ));
-    }
-    let rows = txn.open_table(RECORDINGS).map_err(Error::storage)?;
-    let total = rows.len().map_err(Error::storage)?;
-    let mut stored = HashSet::new();
-    let mut ended = HashSet::new();
-    let mut started = HashSet::new();
-    for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
-        let (key, value) = row.map_err(Error::storage)?;
-        let key = key.value();
-        stored.insert(key);
-        match schema::decode_meta(value.value()) {
-            Ok(meta) => {
-                started.insert((meta.created_ms, key));
-                if meta.status != Status::Recording {
-                    ended.insert(key);
-                }
-            }
-            Err(err) => problems.push(format!("recording {key:032x}: {err}")),
-        }
-        if done % 1024 == 0 {
-            progress(done as u64, total);
-        }
-    }
-    let index = txn.open_table(STARTED).map_err(Error::storage)?;
-    let mut indexed = HashSet::new();
-    for entry in index.iter().map_err(Error::storage)? {
-        let (key, _) = entry.map_err(Error::storage)?;
-        indexed.insert(key.value());
-    }
-    for missing in started.difference(&indexed) {
-        problems.push(format!(
-            "recording {:032x} is missing from the start index",
-            missing.1
-        ));
-    }
-    for stray in indexed.difference(&started) {
-        problems.push(format!(
-            "the start index names {:032x}, which has no such row",
-            stray.1
-        ));
-    }
-    let expiry = txn.open_table(EXPIRY).map_err(Error::storage)?;
-    let mut scheduled = HashSet::new();
-    for entry in expiry.iter().map_err(Error::storage)? {
-        let (key, _) = entry.map_err(Error::storage)?;
-        let (_, key) = key.value();
-        scheduled.insert(key);
-        if !ended.contains(&key) && stored.contains(&key) {
-            problems.push(format!(
-                "live recording {key:032x} is scheduled for collection"
-            ));
-        }
-    }
-    for key in ended.difference(&scheduled) {
-        problems.push(format!("ended recording {key:032x} is never collected"));
-    }
-    let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
-    let mut orphans = HashSet::new();
-    for row in chunks.iter().map_err(Error::storage)? {
-        let (key, value) = row.map_err(Error::storage)?;
-        let (key, first) = key.value();
-        if !stored.contains(&key) {
-            orphans.insert(key);
-        }
-        if version == Some(schema::SCHEMA_VERSION)
-            && let Err(err) = Segment::parse(value.value())
-        {
-            problems.push(format!("chunks of {key:032x} from {first}: {err}"));
-        }
-    }
-    let journal = txn.open_table(JOURNAL).map_err(Error::storage)?;
-    for entry in journal.iter().map_err(Error::storage)? {
-        let (seq, value) = entry.map_err(Error::storage)?;
-        match schema::decode_journal(value.value()) {
-            Ok((key, _, _)) if !stored.contains(&key) => {
-                orphans.insert(key);
-            }
-            Ok(_) => {}
-            Err(err) => problems.push(format!("journal entry {}: {err}", seq.value())),
-        }
-    }
-    // A seal mark goes with its row: one without an ended row is stray.
-    if let Some(sealed) = schema::optional_table(&txn, SEALED)? {
-        for entry in sealed.iter().map_err(Error::storage)? {
-            let (key, value) = entry.map_err(Error::storage)?;
-            let key = key.value();
-            if let Err(err) = SealMark::decode(value.value()) {
-                problems.push(format!("seal mark {key:032x}: {err}"));
-            } else if !ended.contains(&key) {
-                problems.push(format!(
-                    "seal mark {key:032x} belongs to no ended recording"
-                ));
-            }
-        }
-    }
-    // Chunks of a deleted recording are purged in bounded commits: a tombstone explains them.
-    let tombstones = txn.open_table(TOMBSTONES).map_err(Error::storage)?;
-    for key in orphans {
-        if tombstones.get(key).map_err(Error::storage)?.is_none() {
-            problems.push(format!("chunks of {key:032x} belong to no recording"));
-        }
-    }
-    for entry in tombstones.iter().map_err(Error::storage)? {
-        let (key, value) = entry.map_err(Error::storage)?;
-        if let Err(err) = schema::decode_tombstone(value.value()) {
-            problems.push(format!("tombstone {:032x}: {err}", key.value()));
-        }
-    }
-    progress(total, total);
-    Ok(problems)
 }
 
 /// Compacts `path`, giving free pages back to the file system. Returns the file's size
@@ -370,7 +149,7 @@ fn damaged(path: &Path, detail: &str) -> Error {
 }
 
 /// The number `name` in the `meta` table, if the file has it.
-fn meta_number(txn: &redb::ReadTransaction, name: &str) -> Result<Option<u64>> {
+pub(super) fn meta_number(txn: &redb::ReadTransaction, name: &str) -> Result<Option<u64>> {
     let meta = txn.open_table(META).map_err(Error::storage)?;
     Ok(meta.get(name).map_err(Error::storage)?.map(|v| v.value()))
 }
