@@ -4,7 +4,7 @@
 //! what only the object store holds, in key order.
 use std::sync::Arc;
 
-use super::registry::Deck;
+use super::deck::Deck;
 use super::status::Status;
 use super::tape::Tape;
 use crate::error::{Error, Result};

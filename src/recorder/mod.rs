@@ -6,6 +6,7 @@
 //! Protocol-free: the faces sit on top, the store below.
 
 mod changes;
+mod deck;
 pub mod gauges;
 mod info;
 mod limits;
@@ -29,12 +30,13 @@ use futures::future::BoxFuture;
 use tokio_util::sync::CancellationToken;
 
 pub use changes::Changes;
+pub use deck::Deck;
 pub use info::{
     DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo, page_limit,
 };
 pub use limits::SizeRefused;
 pub use producer::{Producer, Stopped, not_completed_message};
-pub use registry::{Deck, LivePolicy, OnConflict};
+pub use registry::{LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};
 pub use tape::{Holder, Tape, TapeWriter};

@@ -1,7 +1,7 @@
 //! Resuming: a producer that believes some bytes of its recording are committed takes over the
 //! live recording (fencing the producer attached to it), or makes an ended one live again, or
 //! finds out why it cannot.
-use super::registry::{Deck, fresh};
+use super::deck::{Deck, fresh};
 use super::status::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};

@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::registry::Deck;
+use super::deck::Deck;
 use crate::error::{Error, Result};
 use crate::metrics as metric;
 use crate::store::Sealing;

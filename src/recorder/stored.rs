@@ -2,7 +2,7 @@
 //! conversations, and the store's clock (so that nothing above the recorder reaches the store);
 //! and what the object store holds of a conversation that is not (or no longer) local.
 use super::Recorder;
-use super::registry::Deck;
+use super::deck::Deck;
 use crate::error::{Error, Result};
 use crate::store::RecordingMeta;
 use crate::tier::{Remote, Version};

@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use super::registry::Deck;
+use super::deck::Deck;
 use super::status::Status;
 use crate::error::Result;
 use crate::metrics as metric;

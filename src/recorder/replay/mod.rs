@@ -13,7 +13,7 @@ use std::sync::Arc;
 use bytes::Bytes;
 use tokio::sync::watch;
 
-use super::registry::Deck;
+use super::deck::Deck;
 use super::status::{Progress, Status};
 use super::tape::{Following, Tape};
 use crate::error::{Absence, Error, Result};

@@ -3,7 +3,7 @@
 use super::{Replay, Source};
 use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;
-use crate::recorder::registry::Deck;
+use crate::recorder::deck::Deck;
 use crate::recorder::status::{Progress, Status};
 use crate::store::{Gone, Lookup, Tombstone};
 use crate::tier::{Remote, Sealed};
