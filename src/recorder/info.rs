@@ -4,6 +4,7 @@
 //! what only the object store holds, in key order.
 use std::sync::Arc;
 
+use super::Recorder;
 use super::deck::Deck;
 use super::status::Status;
 use super::tape::Tape;
@@ -84,7 +85,28 @@ pub struct Listing {
     pub next_page_token: Option<String>,
 }
 
-pub(super) async fn get(deck: &Deck, id: &ConversationId) -> Result<Found> {
+impl Recorder {
+    /// What is known about conversation `id`'s recording.
+    ///
+    /// Fails with a storage error.
+    pub async fn get(&self, id: &ConversationId) -> Result<Found> {
+        get(&self.deck, id).await
+    }
+
+    /// A page of stored recordings in start order (see [`crate::store::Store::list`]).
+    ///
+    /// Fails with `BadPageToken`, or a storage error.
+    pub async fn list(
+        &self,
+        page_token: Option<&str>,
+        page_size: usize,
+        only: Option<Status>,
+    ) -> Result<Listing> {
+        list(&self.deck, page_token, page_size, only).await
+    }
+}
+
+async fn get(deck: &Deck, id: &ConversationId) -> Result<Found> {
     Ok(match deck.store().lookup(id.key()).await? {
         Lookup::Stored(meta) => {
             let tape = deck.live(id.key());
@@ -139,7 +161,7 @@ pub fn page_limit(page_size: usize) -> usize {
     }
 }
 
-pub(super) async fn list(
+async fn list(
     deck: &Deck,
     page_token: Option<&str>,
     page_size: usize,

@@ -4,12 +4,30 @@
 //! check, idle timeouts, grace periods and shutdown; the Durable Streams rules (`streams`);
 //! the limits every producer is held to (`limits`); the gauges' sampler (`gauges`).
 //! Protocol-free: the faces sit on top, the store below.
+//!
+//! # Layout
+//! - this file: [`Recorder`], the handle every face holds: starting producer sessions,
+//!   opening replays, shutdown.
+//! - `deck`: the live recordings over the store (start, end, find); `registry`: the live
+//!   registry under it (the live limit, supersede, grace periods).
+//! - `tape`: a live recording in memory; `producer`: one producer's session on it;
+//!   `resume`: resuming one, or reopening an ended one; `limits`: what producers are held to.
+//! - `replay`: one reader's walk through a recording; `text`: which streams are UTF-8 text.
+//! - `ending`: cancel, supersede and delete; `live_check`: which conversations are live.
+//! - `info`: what is known about recordings (get, list); `stored`: rows and the object
+//!   store's copies, asked through the recorder; `status`: a recording's life.
+//! - `changes`: the change set the locator and the console follow; `sealer`: sealing ended
+//!   recordings into the object store; `sweeper`: idle timeouts and retention;
+//!   `gauges`: the gauges' sampler.
+//! - `streams`: the Durable Streams rules.
 
 mod changes;
 mod deck;
+mod ending;
 pub mod gauges;
 mod info;
 mod limits;
+mod live_check;
 mod producer;
 mod registry;
 mod replay;
@@ -20,8 +38,8 @@ mod stored;
 pub mod streams;
 pub mod sweeper;
 mod tape;
+mod text;
 
-use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
@@ -35,19 +53,19 @@ pub use info::{
     DEFAULT_PAGE_SIZE, Found, Listing, Location, MAX_PAGE_SIZE, RecordingInfo, page_limit,
 };
 pub use limits::SizeRefused;
+pub use live_check::MAX_CHECK_IDS;
 pub use producer::{Producer, Stopped, not_completed_message};
 pub use registry::{LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};
 pub use tape::{Holder, Tape, TapeWriter};
+pub use text::is_text;
+pub(crate) use text::text_stream;
 
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 use crate::store::Store;
 use crate::tier::Tier;
-
-/// Most conversation ids accepted by one live check.
-pub const MAX_CHECK_IDS: usize = 1000;
 
 /// Limits applied to producers.
 #[derive(Debug, Clone, Copy)]
@@ -190,166 +208,6 @@ impl Recorder {
         }
     }
 
-    /// Cancels the live recording of `id`. True if it was live, or had already been cancelled.
-    ///
-    /// Fails when the cancel cannot be committed, or the stored state cannot be read.
-    pub async fn cancel(&self, id: &ConversationId) -> Result<bool> {
-        match self.leader.get() {
-            Some(leader) => leader.cancel(id).await,
-            None => self.cancel_here(id).await,
-        }
-    }
-
-    /// As [`cancel`](Self::cancel), on this node's recordings only (on a node of a cluster,
-    /// the leader's).
-    ///
-    /// Fails as [`cancel`](Self::cancel) does.
-    pub async fn cancel_here(&self, id: &ConversationId) -> Result<bool> {
-        if let Some(tape) = self.deck.live(id.key())
-            && self.deck.end(&tape, Status::Cancelled, None).await?
-        {
-            tracing::info!(conversation = %id, "recording cancelled");
-            return Ok(true);
-        }
-        // Not live (or it ended just now): only an earlier cancel counts as accepted.
-        let meta = self.deck.store().meta(id.key()).await?;
-        Ok(meta.is_some_and(|m| m.status == Status::Cancelled))
-    }
-
-    /// Ends live recording `tape` as `superseded`, with `message` for its producer: a newer
-    /// recording of its conversation started on another instance. False if it had ended.
-    ///
-    /// Fails when the end cannot be committed.
-    pub async fn supersede(&self, tape: &Arc<Tape>, message: String) -> Result<bool> {
-        let ended = self
-            .deck
-            .end(tape, Status::Superseded, Some(message))
-            .await?;
-        if ended {
-            tracing::info!(conversation = %tape.id(), "recording superseded by another instance");
-        }
-        Ok(ended)
-    }
-
-    /// Deletes conversation `id`'s recording: a live one is cancelled first (its producer is
-    /// told so, its readers end with `deleted`); its chunks are deleted in bounded commits and
-    /// a tombstone is left. Returns whether there was a recording; deleting again is harmless.
-    ///
-    /// Fails when a commit fails; what is left is collected by the sweeper.
-    pub async fn delete(&self, id: &ConversationId) -> Result<bool> {
-        match self.leader.get() {
-            Some(leader) => leader.delete(id).await,
-            None => self.delete_here(id).await,
-        }
-    }
-
-    /// As [`delete`](Self::delete), on this node only (on a node of a cluster, the leader).
-    ///
-    /// Fails as [`delete`](Self::delete) does.
-    pub async fn delete_here(&self, id: &ConversationId) -> Result<bool> {
-        let mut was_live = false;
-        if let Some(tape) = self.deck.live(id.key()) {
-            was_live = self
-                .deck
-                .end(
-                    &tape,
-                    Status::Deleted,
-                    Some("the recording was deleted".into()),
-                )
-                .await?;
-        }
-        let existed = self.deck.store().delete(id.key()).await?;
-        self.deck.changes().mark(id.key());
-        // Its sealed copies go too, wherever it was recorded; the answer waits for the object
-        // store, so that "deleted" is true everywhere (and a failure says so, to be retried).
-        let existed = match self.deck.tier() {
-            Some(tier) => tier.delete_copies(id.key(), self.now_ms()).await? || existed,
-            None => existed,
-        };
-        if existed || was_live {
-            metrics::counter!(crate::metrics::DELETED_RECORDINGS).increment(1);
-            tracing::info!(conversation = %id, "recording deleted");
-        }
-        Ok(existed || was_live)
-    }
-
-    /// What is known about conversation `id`'s recording.
-    ///
-    /// Fails with a storage error.
-    pub async fn get(&self, id: &ConversationId) -> Result<Found> {
-        info::get(&self.deck, id).await
-    }
-
-    /// The Durable Streams row of conversation `id`, if its recording was made over HTTP.
-    ///
-    /// Fails with a storage error.
-    pub async fn stream_row(&self, id: &ConversationId) -> Result<Option<crate::store::StreamRow>> {
-        self.deck.store().stream_row(id.key()).await
-    }
-
-    /// A page of stored recordings in start order (see [`crate::store::Store::list`]).
-    ///
-    /// Fails with `BadPageToken`, or a storage error.
-    pub async fn list(
-        &self,
-        page_token: Option<&str>,
-        page_size: usize,
-        only: Option<Status>,
-    ) -> Result<Listing> {
-        info::list(&self.deck, page_token, page_size, only).await
-    }
-
-    /// As [`cancel`](Self::cancel), then waits up to `wait` for the producer to let go.
-    ///
-    /// Fails as [`cancel`](Self::cancel) does.
-    pub async fn cancel_and_wait(&self, id: &ConversationId, wait: Duration) -> Result<bool> {
-        let tape = self.deck.live(id.key());
-        let accepted = self.cancel(id).await?;
-        if let Some(tape) = tape
-            && tokio::time::timeout(wait, tape.producer_detached())
-                .await
-                .is_err()
-        {
-            tracing::warn!(conversation = %id, "producer still attached after cancel");
-        }
-        Ok(accepted)
-    }
-
-    /// The ids among `ids` whose recording is live (here, or on another instance by
-    /// `live_elsewhere`) and that `visible` lets the caller see: request order, first of
-    /// duplicates (by conversation) kept, each in the form the caller sent. Malformed ids are
-    /// left out, as Memory Service does, rather than failing the call.
-    ///
-    /// Fails with `TooManyIds` over [`MAX_CHECK_IDS`].
-    pub fn check_live(
-        &self,
-        ids: &[Vec<u8>],
-        visible: impl Fn(&ConversationId) -> bool,
-        live_elsewhere: &HashSet<u128>,
-    ) -> Result<Vec<Vec<u8>>> {
-        if ids.len() > MAX_CHECK_IDS {
-            return Err(Error::TooManyIds {
-                count: ids.len(),
-                max: MAX_CHECK_IDS,
-            });
-        }
-        let mut seen = HashSet::new();
-        // On a node of a cluster, live is what the applied state says (`live_elsewhere`): the
-        // leader's tape of a recording exists before its start is applied, and a replay on the
-        // strength of it would find nothing yet.
-        let tapes_count = !self.deck.store().is_replicated();
-        Ok(ids
-            .iter()
-            .filter_map(|raw| ConversationId::parse(raw).ok())
-            .filter(|id| {
-                let key = id.key();
-                let live_here = tapes_count && self.deck.live(key).is_some();
-                seen.insert(key) && visible(id) && (live_here || live_elsewhere.contains(&key))
-            })
-            .map(|id| id.original().to_vec())
-            .collect())
-    }
-
     /// The limits producers are held to (every face's).
     pub fn limits(&self) -> Limits {
         self.limits
@@ -404,30 +262,3 @@ impl Recorder {
 }
 
 const SHUTDOWN_MESSAGE: &str = "server shutting down";
-
-/// Refuses a text replay of stream `row` when it is not UTF-8 text, or is a fork (its first
-/// bytes live in another recording).
-pub(crate) fn text_stream(row: &crate::store::StreamRow) -> Result<()> {
-    if row.fork.is_some() {
-        return Err(Error::ForkedStream);
-    }
-    if !is_text(&row.content_type) {
-        return Err(Error::NotText {
-            content_type: row.content_type.clone(),
-        });
-    }
-    Ok(())
-}
-
-/// Whether a stream of `content_type` holds UTF-8 text: `text/*`, JSON (and `+json`,
-/// NDJSON), or anything declaring `charset=utf-8`.
-pub fn is_text(content_type: &str) -> bool {
-    let lower = content_type.to_ascii_lowercase();
-    let essence = lower.split(';').next().unwrap_or("").trim();
-    essence.starts_with("text/")
-        || essence == "application/json"
-        || essence.ends_with("+json")
-        || essence == "application/ndjson"
-        || essence == "application/x-ndjson"
-        || lower.replace(' ', "").contains("charset=utf-8")
-}

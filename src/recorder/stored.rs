@@ -1,10 +1,11 @@
-//! What the faces and the locator may ask of what is stored, through the recorder: rows of
-//! conversations, and the store's clock (so that nothing above the recorder reaches the store);
-//! and what the object store holds of a conversation that is not (or no longer) local.
+//! What the faces and the locator may ask of what is stored, through the recorder: rows and
+//! streams rows of conversations, and the store's clock (so that nothing above the recorder
+//! reaches the store); and what the object store holds of a conversation not (or no longer) local.
 use super::Recorder;
 use super::deck::Deck;
 use crate::error::{Error, Result};
-use crate::store::RecordingMeta;
+use crate::id::ConversationId;
+use crate::store::{RecordingMeta, StreamRow};
 use crate::tier::{Remote, Version};
 
 impl Recorder {
@@ -14,6 +15,13 @@ impl Recorder {
     /// Fails with a storage error.
     pub async fn metas(&self, keys: Vec<u128>) -> Result<Vec<Option<RecordingMeta>>> {
         self.deck.store().metas(keys).await
+    }
+
+    /// The Durable Streams row of conversation `id`, if its recording was made over HTTP.
+    ///
+    /// Fails with a storage error.
+    pub async fn stream_row(&self, id: &ConversationId) -> Result<Option<StreamRow>> {
+        self.deck.store().stream_row(id.key()).await
     }
 
     /// Whether the object store holds a sealed copy of conversation `key` (`false` without one,
