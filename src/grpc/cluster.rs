@@ -147,15 +147,8 @@ pub(super) async fn live_anywhere(
         .collect();
     // On a node of a cluster, the leader holds the producers: what is live is what every
     // node's store says.
-    let store = recorder.deck().store();
-    if store.is_replicated() {
-        let metas = store.metas(keys.clone()).await.unwrap_or_default();
-        return keys
-            .into_iter()
-            .zip(metas)
-            .filter(|(_, meta)| meta.as_ref().is_some_and(|m| m.status.is_live()))
-            .map(|(key, _)| key)
-            .collect();
+    if let Some(live) = recorder.live_in_cluster(&keys).await {
+        return live;
     }
     let Some(locator) = locator else {
         return HashSet::new();

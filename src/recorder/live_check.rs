@@ -44,4 +44,22 @@ impl Recorder {
             .map(|id| id.original().to_vec())
             .collect())
     }
+
+    /// On a node of a cluster, which of `keys` are live in the state this node has applied
+    /// (the leader holds the producers, so what is live is what every node's store says);
+    /// empty when the store cannot be read. `None` on a single node.
+    pub async fn live_in_cluster(&self, keys: &[u128]) -> Option<HashSet<u128>> {
+        let store = self.deck.store();
+        if !store.is_replicated() {
+            return None;
+        }
+        let metas = store.metas(keys.to_vec()).await.unwrap_or_default();
+        Some(
+            keys.iter()
+                .zip(metas)
+                .filter(|(_, meta)| meta.as_ref().is_some_and(|m| m.status.is_live()))
+                .map(|(key, _)| *key)
+                .collect(),
+        )
+    }
 }
