@@ -131,7 +131,13 @@ async fn producers_on_the_surviving_nodes_keep_streaming_when_the_leader_is_kill
     }
     for (name, reader) in readers {
         let followed = reader.await.unwrap().unwrap();
-        assert_eq!(followed.text, tokens.concat(), "{name}, followed live");
+        assert_eq!(
+            followed.text,
+            tokens.concat(),
+            "{name}, followed live, ended {:?} at {:?}",
+            followed.status,
+            followed.end_offset
+        );
         assert_eq!(followed.status.as_deref(), Some("completed"), "{name}");
     }
 }

@@ -135,16 +135,31 @@ impl Trio {
         std::fs::create_dir_all(dir).unwrap();
     }
 
-    /// The node that leads now, as the nodes' status tells it, within [`WAIT`].
+    /// The node that leads now, within [`WAIT`]: the one that says it leads, once a majority
+    /// of the nodes answer and every node that answers names it. While the first election
+    /// settles, two nodes may each lead for a moment (openraft lets each node stand in a
+    /// term; the higher id wins), so one node's word alone may name a node about to step down.
     pub(crate) async fn leader(&self) -> u64 {
         let deadline = tokio::time::Instant::now() + WAIT;
         loop {
+            let mut statuses = Vec::new();
             for (id, node) in &self.nodes {
-                if let Ok(status) = status_of(node).await
-                    && status.role == "leader"
-                {
-                    return *id;
+                if let Ok(status) = status_of(node).await {
+                    statuses.push((*id, status));
                 }
+            }
+            let leading: Vec<u64> = statuses
+                .iter()
+                .filter(|(_, status)| status.role == "leader")
+                .map(|(id, _)| *id)
+                .collect();
+            if let [leader] = leading[..]
+                && statuses.len() > self.nodes.len() / 2
+                && statuses
+                    .iter()
+                    .all(|(_, status)| status.leader_id == Some(leader))
+            {
+                return leader;
             }
             assert!(
                 tokio::time::Instant::now() < deadline,
