@@ -428,6 +428,21 @@ async fn a_wiped_node_gives_no_vote_until_it_has_caught_up() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_producer_on_a_follower_is_answered_when_the_leader_refuses_its_message() {
+    let trio = Trio::start(&["--max-recording-bytes", "16"]);
+    let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let client = trio.nodes[&follower].recorder().await;
+    let recording = common::Recording::open(&client, b"too-long").await;
+    // Accepted here and refused by the leader, which runs the session: the producer, which
+    // sends nothing more, is told why rather than left waiting.
+    recording.send("thirty-two bytes, over the limit").await;
+    let err = recording.answer().await.unwrap_err();
+    assert_eq!(err.code(), Code::ResourceExhausted, "{err:?}");
+    assert!(err.message().contains("--max-recording-bytes"), "{err:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_delete_and_resume_reach_across_nodes() {
     let trio = Trio::start(&[]);
     let ids: Vec<u64> = trio.nodes.keys().copied().collect();

@@ -8,8 +8,8 @@
 //! The handle is here; the task that runs the session over its call to the leader is in
 //! `forwarded_session`.
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -38,6 +38,8 @@ pub struct Forwarded {
     appended: u64,
     /// What the leader last said is committed.
     committed: Arc<AtomicU64>,
+    /// Why the session was given up, when it was: set before its task ends without an end.
+    lost: Arc<OnceLock<Error>>,
     end_message: Option<String>,
 }
 
@@ -83,6 +85,7 @@ impl Cluster {
         let (ended_tx, ended) = watch::channel(None);
         let start = resume_from.unwrap_or(0);
         let shared_acked = Arc::new(AtomicU64::new(committed));
+        let lost = Arc::new(OnceLock::new());
         let session = Session {
             cluster: self.clone(),
             open,
@@ -90,6 +93,7 @@ impl Cluster {
             shared_acked: shared_acked.clone(),
             unacked: VecDeque::new(),
             finishing: None,
+            lost: lost.clone(),
         };
         tokio::spawn(session.drive(connection, receiver, ended_tx));
         Ok(Forwarded {
@@ -98,6 +102,7 @@ impl Cluster {
             ended,
             appended: start,
             committed: shared_acked,
+            lost,
             end_message: None,
         })
     }
@@ -151,21 +156,35 @@ impl Forwarded {
 
     /// Resolves when the session is stopped by another hand (cancel, delete, supersede,
     /// another producer, the leader shutting down).
-    pub async fn stopped(&mut self) -> Stopped {
+    ///
+    /// Fails when this node gave the session up: the leader refused its contents, or no
+    /// leader took it up again within [`FAILOVER_WAIT`]. The recording stays live there, for
+    /// the producer to resume.
+    pub async fn stopped(&mut self) -> Result<Stopped> {
         let outcome = loop {
             if let Some(outcome) = self.ended.borrow_and_update().clone() {
                 break outcome;
             }
             if self.ended.changed().await.is_err() {
-                std::future::pending::<()>().await;
+                // The task is over without an end from the leader; it says why first, if it
+                // gave up (else the handle let go, and nobody waits here).
+                match self.lost.get() {
+                    Some(err) => {
+                        return Err(Error::LeaderRefused {
+                            kind: err.kind(),
+                            message: err.client_message(),
+                        });
+                    }
+                    None => std::future::pending::<()>().await,
+                }
             }
         };
         self.end_message = outcome.message.clone();
-        match outcome.stop {
+        Ok(match outcome.stop {
             Stop::Fenced => Stopped::Fenced,
             Stop::ShuttingDown => Stopped::ShuttingDown,
             _ => Stopped::Ended(outcome.progress),
-        }
+        })
     }
 
     /// Completes the recording once everything sent is committed.

@@ -2,8 +2,8 @@
 //! leader, acknowledges each content once the leader says it is committed, and when the
 //! leader is lost opens the session again on the next one and resends what was not acknowledged.
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
@@ -90,6 +90,8 @@ pub(super) struct Session {
     /// The producer asked to complete or let go: how, and who to answer when the leader says
     /// how the session ended.
     pub(super) finishing: Option<(produced::Kind, oneshot::Sender<Result<Outcome>>)>,
+    /// Why the session was given up (shared with the handle, which stops on it).
+    pub(super) lost: Arc<OnceLock<Error>>,
 }
 
 impl Session {
@@ -109,7 +111,7 @@ impl Session {
                 return;
             };
             if !retriable(&status) {
-                self.fail(refused(status));
+                self.give_up(refused(status));
                 return;
             }
             tracing::info!(%status, "lost the leader of a forwarded producer session; resuming on the next one");
@@ -126,7 +128,7 @@ impl Session {
                     }
                 }
                 Err(err) => {
-                    self.fail(err);
+                    self.give_up(err);
                     return;
                 }
             }
@@ -236,6 +238,19 @@ impl Session {
             return connection.outgoing.send(message).await.is_ok();
         }
         true
+    }
+
+    /// Gives the session up for `err`: every waiter fails with it, and the handle's
+    /// `stopped` says it, so a producer waiting on nothing else is answered too.
+    fn give_up(&mut self, err: Error) {
+        let id = crate::id::ConversationId::parse(&self.open.conversation_id);
+        let conversation = id.map(|id| id.to_string()).unwrap_or_default();
+        tracing::warn!(%conversation, error = %err, "gave up a forwarded producer session; its producer may resume");
+        let _ = self.lost.set(Error::LeaderRefused {
+            kind: err.kind(),
+            message: err.client_message(),
+        });
+        self.fail(err);
     }
 
     /// Fails every waiter with `err`.

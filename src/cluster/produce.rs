@@ -149,7 +149,10 @@ async fn ack(
         Ok(Ok(length)) => Ok(Producing {
             kind: Some(producing::Kind::Committed(length)),
         }),
-        Ok(Err(err)) => Err(Status::from(err)),
+        Ok(Err(err)) => {
+            tracing::warn!(error = %err, "a forwarded producer's chunk was not committed");
+            Err(Status::from(err))
+        }
         // The commit's waiter went away unanswered: its commit did not happen here.
         Err(_) => Err(Status::from(Error::NoQuorum {
             leader: None,

@@ -175,7 +175,12 @@ async fn record_stream(
         let message = match next.take() {
             Some(message) => message,
             None => tokio::select! {
-                stopped = producer.stopped() => return Ok(stopped_response(stopped, &producer)),
+                stopped = producer.stopped() => match stopped {
+                    Ok(stopped) => return Ok(stopped_response(stopped, &producer)),
+                    // Given up by this node (the leader refused what it was sent): failed as
+                    // a refused message fails on a single node.
+                    Err(err) => return Err(err.into()),
+                },
                 message = stream.message() => match message {
                     Ok(Some(message)) => message,
                     // Only complete=true completes: a bare end may be a cancelled call.

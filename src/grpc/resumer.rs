@@ -284,7 +284,12 @@ async fn stream_tokens(
                 while let Some(response) = next_owed(&mut pending).await {
                     let _ = responses.send(Ok(response)).await;
                 }
-                let _ = responses.send(Ok(stopped_response(stopped, &producer))).await;
+                let last = match stopped {
+                    Ok(stopped) => stopped_response(stopped, &producer),
+                    // Given up: why, and where it stands, for the producer to resume.
+                    Err(err) => refusal(&err.client_message(), producer.committed_bytes()),
+                };
+                let _ = responses.send(Ok(last)).await;
                 return;
             }
             message = requests.message(), if input_open => match message {

@@ -60,9 +60,11 @@ impl Session {
         }
     }
 
-    pub(super) async fn stopped(&mut self) -> Stopped {
+    /// Resolves when the session is stopped by another hand. Fails when a forwarded session
+    /// was given up (see [`Forwarded::stopped`]).
+    pub(super) async fn stopped(&mut self) -> Result<Stopped> {
         match self {
-            Session::Local(producer) => producer.stopped().await,
+            Session::Local(producer) => Ok(producer.stopped().await),
             Session::Forwarded(forwarded) => forwarded.stopped().await,
         }
     }
