@@ -427,6 +427,99 @@ async fn a_wiped_node_gives_no_vote_until_it_has_caught_up() {
     assert_eq!(replayed.text, tokens.concat());
 }
 
+/// A forwarded producer session whose open reached a leader that died before it answered opens
+/// again on the next leader. What the lost open started must be taken over, not superseded:
+/// a reader already following it would otherwise see it end `superseded`, empty.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_open_sent_again_after_its_answer_was_lost_takes_over_what_it_started() {
+    use tapedeck::pb::cluster::{Open, Produced, Producing, cluster_client::ClusterClient};
+    use tapedeck::pb::cluster::{produced::Kind, producing};
+    use tokio_stream::wrappers::ReceiverStream;
+
+    let trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    // The forwarding node's side of the cluster port, played by the test (from loopback, as a
+    // peer): the open, answered, then the call gone without a word, as with a dead leader.
+    let channel =
+        tonic::transport::Endpoint::from_shared(format!("http://{}", trio.cluster_addr(leader)))
+            .unwrap()
+            .connect()
+            .await
+            .unwrap();
+    let mut cluster = ClusterClient::new(channel);
+    let since_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let open = |retried_since_ms| Produced {
+        kind: Some(Kind::Open(Open {
+            conversation_id: b"lost-open".to_vec(),
+            resume_from: None,
+            retention_ms: None,
+            retried_since_ms,
+        })),
+    };
+    let (first, requests) = tokio::sync::mpsc::channel(4);
+    first.send(open(None)).await.unwrap();
+    let mut answers = cluster
+        .produce(ReceiverStream::new(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let opened = answers.message().await.unwrap().unwrap();
+    assert!(
+        matches!(opened.kind, Some(producing::Kind::Opened(0))),
+        "{opened:?}"
+    );
+    drop((first, answers));
+
+    let reader = trio.nodes[&follower].recorder().await;
+    let live = common::replay_when_live(&reader, b"lost-open", 0)
+        .await
+        .unwrap();
+    let followed = tokio::spawn(common::read_all(live));
+
+    let (again, requests) = tokio::sync::mpsc::channel(8);
+    again.send(open(Some(since_ms))).await.unwrap();
+    for content in ["hello, ", "world"] {
+        let content = Kind::Content(content.to_string());
+        again
+            .send(Produced {
+                kind: Some(content),
+            })
+            .await
+            .unwrap();
+    }
+    again
+        .send(Produced {
+            kind: Some(Kind::Complete(true)),
+        })
+        .await
+        .unwrap();
+    let mut answers = cluster
+        .produce(ReceiverStream::new(requests))
+        .await
+        .unwrap()
+        .into_inner();
+    let ended = loop {
+        match answers.message().await.unwrap() {
+            Some(Producing {
+                kind: Some(producing::Kind::Ended(ended)),
+            }) => break ended,
+            Some(_) => continue,
+            None => panic!("the session ended without saying how"),
+        }
+    };
+    assert_eq!(ended.status, "completed", "{ended:?}");
+    let followed = followed.await.unwrap().unwrap();
+    assert_eq!(
+        (followed.text.as_str(), followed.status.as_deref()),
+        ("hello, world", Some("completed")),
+        "the reader that followed the first open's recording"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_producer_on_a_follower_is_answered_when_the_leader_refuses_its_message() {
     let trio = Trio::start(&["--max-recording-bytes", "16"]);

@@ -79,6 +79,7 @@ impl Cluster {
             conversation_id: id.original().to_vec(),
             resume_from,
             retention_ms: retention.map(|r| r.as_millis() as u64),
+            retried_since_ms: None,
         };
         let (connection, committed) = self.open_session(&open).await?;
         let (commands, receiver) = mpsc::channel(OUTGOING);

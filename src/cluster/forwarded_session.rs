@@ -12,6 +12,7 @@ use tonic::{Status, Streaming};
 
 use super::Cluster;
 use super::forwarded::{Command, FAILOVER_WAIT, OUTGOING, Outcome, outcome, refused, retriable};
+use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::pb::cluster::cluster_client::ClusterClient;
 use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
@@ -39,14 +40,22 @@ impl Cluster {
     pub(super) async fn open_session(&self, open: &Open) -> Result<(Connection, u64)> {
         let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
         let mut pause = Duration::from_millis(20);
+        let mut open = open.clone();
+        let first_sent_ms = crate::clock::SystemClock.now_ms();
         loop {
-            match self.try_open(open).await {
+            match self.try_open(&open).await {
                 Ok(opened) => return Ok(opened),
                 Err(status) if retriable(&status) && tokio::time::Instant::now() < deadline => {
                     tracing::debug!(%status, "no leader took the producer session yet");
                 }
                 Err(status) if !retriable(&status) => return Err(refused(status)),
                 Err(_) => return Err(self.no_quorum()),
+            }
+            // The leader that failed may have started the recording before it could answer:
+            // the next one takes that over rather than supersede it, so that readers already
+            // following it see no end.
+            if open.resume_from.is_none() {
+                open.retried_since_ms = Some(first_sent_ms);
             }
             tokio::time::sleep(pause).await;
             pause = (pause * 2).min(Duration::from_millis(500));

@@ -13,7 +13,7 @@ use tonic::{Status, Streaming};
 use crate::error::Error;
 use crate::id::ConversationId;
 use crate::pb::cluster::{Ended, Open, Produced, Producing, Stop, produced, producing};
-use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
+use crate::recorder::{Found, Producer, Progress, Recorder, StartOptions, Stopped};
 use crate::store::Committed;
 
 /// Answers sent back to the forwarding node.
@@ -32,8 +32,12 @@ pub(super) async fn produce(
     incoming: Streaming<Produced>,
 ) -> Result<ProducingStream, Status> {
     let id = ConversationId::parse(&open.conversation_id)?;
+    let resume_from = match (open.resume_from, open.retried_since_ms) {
+        (None, Some(since_ms)) if started_by_a_lost_open(recorder, &id, since_ms).await => Some(0),
+        (resume_from, _) => resume_from,
+    };
     let options = StartOptions {
-        resume_from: open.resume_from,
+        resume_from,
         retention: open.retention_ms.map(Duration::from_millis),
     };
     let producer = recorder.start(id, options).await?;
@@ -42,6 +46,31 @@ pub(super) async fn produce(
     let _ = answers.send(Ok(Producing { kind: Some(opened) })).await;
     tokio::spawn(run(producer, incoming, answers));
     Ok(Box::pin(ReceiverStream::new(stream)))
+}
+
+/// Most the forwarding node's clock and the clock of the leader that started a recording may
+/// differ by, for [`started_by_a_lost_open`].
+const CLOCK_SKEW_MS: u64 = 1_000;
+
+/// Whether conversation `id`'s recording is one that an open first sent at `since_ms`, whose
+/// answer was lost with its leader, may have started: live, started since, with nothing
+/// committed. Such a recording is taken over (resumed from 0) rather than superseded, so
+/// that readers following it see the session go on.
+///
+/// A recording with committed bytes is not taken for it: those might be another producer's,
+/// which a resume from 0 would take as resent. Another producer's recording started in the
+/// same second with nothing committed is taken over, fencing that producer, as a new
+/// recording would have superseded it.
+async fn started_by_a_lost_open(recorder: &Recorder, id: &ConversationId, since_ms: u64) -> bool {
+    match recorder.get(id).await {
+        Ok(Found::Recording(info)) => {
+            let meta = &info.meta;
+            meta.status.is_live()
+                && meta.byte_len == 0
+                && meta.created_ms + CLOCK_SKEW_MS >= since_ms
+        }
+        _ => false,
+    }
 }
 
 /// The first message of a `Produce` call, which must open the session.

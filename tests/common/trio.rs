@@ -106,6 +106,15 @@ impl Trio {
         )
     }
 
+    /// Node `id`'s cluster port (`--cluster-listen`).
+    pub(crate) fn cluster_addr(&self, id: u64) -> SocketAddr {
+        self.peers
+            .split(',')
+            .find_map(|peer| peer.strip_prefix(&format!("{id}=")))
+            .and_then(|addr| addr.parse().ok())
+            .unwrap()
+    }
+
     /// Starts node `id` again on its data dir and addresses.
     pub(crate) fn restart(&mut self, id: u64) {
         let node = self.spawn_node(id);
