@@ -31,10 +31,10 @@ impl Cluster {
     }
 
     /// Forms the cluster with every configured voter when this node's log is empty, no leader
-    /// contacts it within [`JOIN_WAIT`], and a majority of the voters (this one included) have
-    /// empty logs too: the cluster is new. Every node of a new cluster forms it with the same
-    /// voters, which is safe. A node that hears from a leader, or of another node with a log,
-    /// is rejoining a cluster already formed, and waits to be sent the log.
+    /// contacts it within [`JOIN_WAIT`], a majority of the voters (this one included) have
+    /// empty logs too (the cluster is new), and no voter with a lower id answered among them.
+    /// A node that hears from a leader, or of another node with a log, is rejoining a cluster
+    /// already formed, and waits to be sent the log.
     async fn form(&self) -> Result<()> {
         let initialized = self.raft.is_initialized().await.map_err(fatal)?;
         if initialized {
@@ -53,13 +53,28 @@ impl Cluster {
             if contacted.is_ok() {
                 return Ok(());
             }
-            let empty = 1 + self.peers_with_empty_logs().await;
-            if empty > self.config.peers.len() / 2 {
-                break;
+            let empty_peers = self.peers_with_empty_logs().await;
+            // This node's log is empty too.
+            let empty = 1 + empty_peers.len();
+            if empty <= self.config.peers.len() / 2 {
+                tracing::info!(
+                    "no leader yet, and no majority of the voters with an empty log: waiting to rejoin the cluster"
+                );
+                continue;
             }
-            tracing::info!(
-                "no leader yet, and no majority of the voters with an empty log: waiting to rejoin the cluster"
-            );
+            // One node forms it: the lowest id among the empty voters that answer. Several
+            // forming at once stand against each other in the same term, which openraft's
+            // own checks catch as two leaders at once. If that node goes before it forms
+            // the cluster, it stops answering, and the next one forms it.
+            match empty_peers.iter().min() {
+                Some(lowest) if *lowest < self.config.node_id => {
+                    tracing::info!(
+                        node = lowest,
+                        "a new cluster: waiting for node {lowest} to form it"
+                    );
+                }
+                _ => break,
+            }
         }
         self.vote_again()?;
         let voters: BTreeMap<NodeId, BasicNode> = self
@@ -79,27 +94,28 @@ impl Cluster {
         Ok(())
     }
 
-    /// How many of the other voters answer, within [`ASK_WAIT`], that their log is empty.
-    async fn peers_with_empty_logs(&self) -> usize {
+    /// The other voters that answer, within [`ASK_WAIT`], that their log is empty.
+    async fn peers_with_empty_logs(&self) -> Vec<NodeId> {
         let asks = self
             .config
             .peers
             .iter()
             .filter(|(id, _)| **id != self.config.node_id)
-            .map(|(_, address)| async move {
+            .map(|(id, address)| async move {
                 let endpoint = super::network::endpoint(address, self.tls.as_ref()).ok()?;
                 let asked = async {
                     let channel = endpoint.connect().await.ok()?;
                     let answer = ClusterClient::new(channel).applied(AppliedAsked {}).await;
                     Some(answer.ok()?.into_inner().empty)
                 };
-                tokio::time::timeout(ASK_WAIT, asked).await.ok()?
+                let empty = tokio::time::timeout(ASK_WAIT, asked).await.ok()??;
+                empty.then_some(*id)
             });
         futures::future::join_all(asks)
             .await
             .into_iter()
-            .filter(|empty| *empty == Some(true))
-            .count()
+            .flatten()
+            .collect()
     }
 
     /// Whether this node's log holds nothing the cluster ever committed: no entry, or only
