@@ -62,10 +62,12 @@ impl Cluster {
                 );
                 continue;
             }
-            // One node forms it: the lowest id among the empty voters that answer. Several
-            // forming at once stand against each other in the same term, which openraft's
-            // own checks catch as two leaders at once. If that node goes before it forms
-            // the cluster, it stops answering, and the next one forms it.
+            // The cluster is new: nothing committed can be lost through this node's empty
+            // log, so it votes. One node forms it: the lowest id among the empty voters that
+            // answer. Several forming at once stand against each other in the same term,
+            // which openraft's own checks catch as two leaders at once. If that node goes
+            // before it forms the cluster, it stops answering, and the next one forms it.
+            self.vote_again()?;
             match empty_peers.iter().min() {
                 Some(lowest) if *lowest < self.config.node_id => {
                     tracing::info!(
@@ -76,7 +78,6 @@ impl Cluster {
                 _ => break,
             }
         }
-        self.vote_again()?;
         let voters: BTreeMap<NodeId, BasicNode> = self
             .config
             .peers
