@@ -389,3 +389,40 @@ async fn an_append_that_rewrites_a_sources_row_keeps_its_fork_count() {
     assert_eq!(read.text().await.unwrap(), "abc");
     server.stop().await;
 }
+
+/// A reader catching up on a long stream gets megabytes per response, not a request per MiB:
+/// 3 MiB written in 64 KiB appends come back whole in one response, with their length.
+#[tokio::test]
+async fn a_catch_up_read_carries_megabytes_in_one_response() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("long-stream");
+    let created = http()
+        .put(&url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let mut written = Vec::new();
+    for i in 0..48u8 {
+        let append = vec![i; 64 * 1024];
+        written.extend_from_slice(&append);
+        let appended = http()
+            .post(&url)
+            .header("content-type", "application/octet-stream")
+            .body(append)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    }
+    let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(read.status(), StatusCode::OK);
+    assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
+    assert_eq!(
+        header(&read, "content-length"),
+        Some(written.len().to_string())
+    );
+    assert!(read.bytes().await.unwrap() == written, "the bytes differ");
+}

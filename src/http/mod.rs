@@ -13,6 +13,7 @@
 //!   `write` or `read`.
 //! - `write`: create, append, close, delete, each outcome mapped to a reply.
 //! - `read`: catch-up and long-poll reads, HEAD; `sse`: SSE; `json`: JSON array framing.
+//! - `read_room`: how much one catch-up response carries, within the face's read budget.
 //! - `request` / `reply`: headers in, headers out; `offset`, `cursor`: their wire forms.
 //! - `failure`: tapedeck's errors as HTTP statuses (the one mapping; gRPC's is `grpc::status`).
 //! - `forward`: on a node of a cluster that does not lead, writes run by the leader's face.
@@ -38,6 +39,7 @@ mod offset;
 mod owner;
 mod prefix;
 mod read;
+mod read_room;
 mod reply;
 mod request;
 mod router;
@@ -80,6 +82,8 @@ pub struct HttpFace {
     /// client that passes requests about them on (see `elsewhere`).
     locator: Option<Locator>,
     passing: elsewhere::Passing,
+    /// The budget for large catch-up responses.
+    read_room: read_room::ReadRoom,
 }
 
 impl HttpFace {
@@ -104,6 +108,7 @@ impl HttpFace {
             cluster,
             locator,
             passing: elsewhere::passing(),
+            read_room: Default::default(),
         })
     }
 

@@ -10,12 +10,14 @@ use super::cursor;
 use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
+use super::read_room::Room;
 use super::reply::*;
 use super::write::stream_refused;
 use crate::id::ConversationId;
 use crate::recorder::streams::StreamSnapshot;
 
-/// Most bytes one catch-up response carries; the rest is a request away.
+/// Most bytes a long-poll response carries; the rest is a request away (a catch-up read's
+/// limit is its room, see `read_room`).
 const MAX_READ_BYTES: usize = 1024 * 1024;
 /// How long a long-poll waits for data before answering 204: short, as the protocol's
 /// reference servers and its conformance suite expect; a client simply polls again.
@@ -117,11 +119,16 @@ impl HttpFace {
             .reader(id, &snapshot, offset)
             .await
             .map_err(failed)?;
+        let room = match long_poll || from == ReadFrom::Now {
+            true => Room::small(),
+            false => self.read_room.take(),
+        };
+        let limit = room.bytes;
         let mut pieces = Vec::new();
         let mut bytes = 0;
         if from != ReadFrom::Now {
-            while bytes < MAX_READ_BYTES {
-                match reader.ready(MAX_READ_BYTES - bytes).await.map_err(failed)? {
+            while bytes < limit {
+                match reader.ready(limit - bytes).await.map_err(failed)? {
                     Some(piece) => {
                         bytes += piece.data.len();
                         pieces.push(piece.data);
@@ -130,7 +137,7 @@ impl HttpFace {
                 }
             }
         }
-        let caught_up = bytes < MAX_READ_BYTES;
+        let caught_up = bytes < limit;
         if long_poll && pieces.is_empty() && !reader.ended() {
             match tokio::time::timeout(LONG_POLL_WAIT, reader.wait(MAX_READ_BYTES)).await {
                 Ok(piece) => {
@@ -181,7 +188,7 @@ impl HttpFace {
             reply = reply.named(STREAM_CURSOR, cursor::next(cursor_param));
         }
         if from == ReadFrom::Now {
-            return Ok(reply.cache("no-store").bytes(body));
+            return Ok(reply.cache("no-store").body(room.body(body)));
         }
         let etag = format!(
             "\"{:032x}:{}:{}{}\"",
@@ -202,7 +209,7 @@ impl HttpFace {
                 .header(http::header::ETAG, &etag)
                 .next_offset(end));
         }
-        Ok(reply.bytes(body))
+        Ok(reply.body(room.body(body)))
     }
 
     /// Caching of catch-up reads: shared unless access control is on.

@@ -99,7 +99,10 @@ impl Replay {
         }
         self.position = first.end();
         self.next_index = first.index + 1;
-        let mut data = BytesMut::from(&rest[..]);
+        // Sized once: a catch-up read joins up to megabytes of chunks here.
+        let wanted = rest.len() + pending.clone().map(|c| c.data.len()).sum::<usize>();
+        let mut data = BytesMut::with_capacity(wanted.min(max_bytes));
+        data.extend_from_slice(&rest);
         for chunk in pending {
             let room = max_bytes - data.len();
             if room == 0 {

@@ -43,6 +43,9 @@ struct Cli {
     /// Measure only tapedeck (for profiling it; no ratios).
     #[arg(long)]
     tapedeck_only: bool,
+    /// Times each catch-up reader reads the whole stream from the start.
+    #[arg(long, default_value_t = 25)]
+    catch_up_passes: usize,
     /// Which measures to run: appends, sse, catch-up.
     #[arg(long, value_delimiter = ',', default_value = "appends,sse,catch-up")]
     measures: Vec<String>,
@@ -135,14 +138,16 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
         }
     }
     if wants("catch-up") {
+        let passes = cli.catch_up_passes;
         eprintln!(
-            "== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × 5 reads from the start"
+            "== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × {passes} reads from the start"
         );
         let mut reads = Vec::new();
         for &kind in kinds {
             let server = servers::start(kind, bins, &cli.work_dir).await?;
             let run = format!("c{run_id}");
-            let mb_s = scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, 5).await?;
+            let mb_s =
+                scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, passes).await?;
             eprintln!("   {:<24} {:>9.0} MB/s", kind.name(), mb_s);
             reads.push((kind, mb_s));
         }

@@ -1,0 +1,142 @@
+//! How much one catch-up response may carry: up to 8 MiB while the face's read budget has
+//! room, else 1 MiB; and its body, sent in slices that hold that room until the last one is
+//! taken. Fewer, larger responses are what a reader catching up on a long stream wants (each
+//! one costs it a round trip); the budget keeps many such readers at once from holding more
+//! than 256 MiB of response bodies between them.
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+/// Most bytes one catch-up response carries when the budget has room.
+pub(crate) const LARGE_READ_BYTES: usize = 8 * 1024 * 1024;
+/// Most bytes one catch-up response carries otherwise.
+pub(crate) const SMALL_READ_BYTES: usize = 1024 * 1024;
+/// Bytes of large responses that may be held at once, read or being sent.
+const BUDGET_BYTES: usize = 256 * 1024 * 1024;
+/// The budget's unit: a permit is a KiB.
+const UNIT: usize = 1024;
+/// Bytes of a body handed to the connection at a time.
+const SLICE_BYTES: usize = 256 * 1024;
+
+/// The face's budget for large catch-up responses.
+#[derive(Debug)]
+pub(crate) struct ReadRoom {
+    budget: Arc<Semaphore>,
+}
+
+impl Default for ReadRoom {
+    fn default() -> Self {
+        Self {
+            budget: Arc::new(Semaphore::new(BUDGET_BYTES / UNIT)),
+        }
+    }
+}
+
+/// Room taken in the budget for one response; given back when its body is sent.
+pub(crate) struct Room {
+    /// Most bytes the response may carry.
+    pub(crate) bytes: usize,
+    permit: Option<OwnedSemaphorePermit>,
+}
+
+impl ReadRoom {
+    /// Room for one response: large if the budget has it, small (outside the budget) if not.
+    pub(crate) fn take(&self) -> Room {
+        let units = (LARGE_READ_BYTES / UNIT) as u32;
+        match self.budget.clone().try_acquire_many_owned(units) {
+            Ok(permit) => Room {
+                bytes: LARGE_READ_BYTES,
+                permit: Some(permit),
+            },
+            Err(_) => Room::small(),
+        }
+    }
+}
+
+impl Room {
+    /// Small room, outside the budget: for a long-poll, which may wait seconds, and reads
+    /// that carry nothing.
+    pub(crate) fn small() -> Room {
+        Room {
+            bytes: SMALL_READ_BYTES,
+            permit: None,
+        }
+    }
+
+    /// A body of `bytes`, holding this room until its last slice is taken.
+    pub(crate) fn body(self, bytes: Bytes) -> Body {
+        Body::new(Sliced {
+            rest: bytes,
+            room: self.permit,
+        })
+    }
+}
+
+/// A response body of known length, handed out a slice at a time (slices of one buffer, not
+/// copies), so that the connection holds only a few of them at once.
+struct Sliced {
+    rest: Bytes,
+    room: Option<OwnedSemaphorePermit>,
+}
+
+impl http_body::Body for Sliced {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        if self.rest.is_empty() {
+            self.room = None;
+            return Poll::Ready(None);
+        }
+        let len = self.rest.len().min(SLICE_BYTES);
+        let slice = self.rest.split_to(len);
+        if self.rest.is_empty() {
+            // The last slice is the connection's now: what it holds is bounded by its buffer.
+            self.room = None;
+        }
+        Poll::Ready(Some(Ok(Frame::data(slice))))
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.rest.is_empty()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        SizeHint::with_exact(self.rest.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use http_body_util::BodyExt;
+
+    #[tokio::test]
+    async fn large_reads_while_the_budget_has_room_then_small_ones() {
+        let room = ReadRoom::default();
+        let taken: Vec<Room> = (0..BUDGET_BYTES / LARGE_READ_BYTES)
+            .map(|_| room.take())
+            .collect();
+        assert!(taken.iter().all(|r| r.bytes == LARGE_READ_BYTES));
+        assert_eq!(room.take().bytes, SMALL_READ_BYTES, "the budget is spent");
+        let data = Bytes::from(vec![7u8; SLICE_BYTES * 2 + 5]);
+        let mut taken = taken.into_iter();
+        let body = taken.next().unwrap().body(data.clone());
+        let collected = body.collect().await.unwrap().to_bytes();
+        assert_eq!(collected, data);
+        assert_eq!(
+            room.take().bytes,
+            LARGE_READ_BYTES,
+            "a sent body gives its room back"
+        );
+    }
+}
