@@ -76,12 +76,7 @@ impl Trio {
     }
 
     fn spawn_node(&self, id: u64) -> BinaryServer {
-        let listen = self
-            .peers
-            .split(',')
-            .find_map(|peer| peer.strip_prefix(&format!("{id}=")))
-            .unwrap()
-            .to_string();
+        let listen = self.cluster_addr(id).to_string();
         let id_text = id.to_string();
         let mut args = vec![
             "--node-id",
