@@ -1,7 +1,13 @@
 //! `tapedeck-ds-bench`: tapedeck's HTTP face against two other Durable Streams servers, all
 //! with acknowledgements that wait for the disk, in one run: appends/s with 1,000 writers,
-//! SSE append→receive latency with 200 streams × 50 messages/s, and catch-up read MB/s. Prints
-//! one table per measure with each peer's ratio to tapedeck.
+//! SSE append→receive latency with 200 streams × 50 messages/s, catch-up read MB/s, and
+//! fan-out (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors).
+//! Prints one table per measure with each peer's ratio to tapedeck.
+mod fan_out;
+// Shared with tapedeck-bench, which uses the rest of it.
+#[allow(dead_code)]
+#[path = "../tapedeck-bench/procfs.rs"]
+mod procfs;
 mod scenarios;
 mod servers;
 
@@ -46,14 +52,37 @@ struct Cli {
     /// Times each catch-up reader reads the whole stream from the start.
     #[arg(long, default_value_t = 25)]
     catch_up_passes: usize,
-    /// Which measures to run: appends, sse, catch-up.
-    #[arg(long, value_delimiter = ',', default_value = "appends,sse,catch-up")]
+    /// Streams of the fan-out measure.
+    #[arg(long, default_value_t = 100)]
+    fan_out_streams: usize,
+    /// SSE readers on each stream of the fan-out measure.
+    #[arg(long, default_value_t = 100)]
+    fan_out_readers: usize,
+    /// Messages a second per stream in the fan-out measure.
+    #[arg(long, default_value_t = 2)]
+    fan_out_rate: u32,
+    /// Which measures to run: appends, sse, catch-up, fan-out.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "appends,sse,catch-up,fan-out"
+    )]
     measures: Vec<String>,
 }
 
 fn main() -> Result<()> {
     let cli = Cli::parse();
     std::fs::create_dir_all(&cli.work_dir).context("making the work dir")?;
+    // The fan-out measure holds 10,000 connections on each side; the servers inherit this.
+    let files = rustix::process::getrlimit(rustix::process::Resource::Nofile);
+    rustix::process::setrlimit(
+        rustix::process::Resource::Nofile,
+        rustix::process::Rlimit {
+            current: files.maximum,
+            maximum: files.maximum,
+        },
+    )
+    .context("raising the open-file limit to its maximum")?;
     // Absolute: a server may run in its data dir.
     let absolute = |path: &PathBuf| {
         std::fs::canonicalize(path).with_context(|| format!("no binary at {}", path.display()))
@@ -155,6 +184,67 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
         for (kind, mb_s) in &reads[1..] {
             eprintln!("   tapedeck / {}: {:.2}x MB/s", kind.name(), base / mb_s);
         }
+    }
+    if wants("fan-out") {
+        fan_out(cli, kinds, bins, run_id, measure).await?;
+    }
+    Ok(())
+}
+
+/// The fan-out measure on each server, with the ratios of its latency and cost.
+async fn fan_out(
+    cli: &Cli,
+    kinds: &[Kind],
+    bins: &Binaries,
+    run_id: u32,
+    measure: Duration,
+) -> Result<()> {
+    let (streams, per_stream, rate) = (cli.fan_out_streams, cli.fan_out_readers, cli.fan_out_rate);
+    eprintln!(
+        "== fan-out: {streams} streams × {per_stream} SSE readers each ({} readers), {rate} messages/s per stream, {}s",
+        streams * per_stream,
+        cli.seconds
+    );
+    let mut results = Vec::new();
+    for &kind in kinds {
+        let server = servers::start(kind, bins, &cli.work_dir).await?;
+        let run = format!("f{run_id}");
+        let result = fan_out::fan_out(
+            &server.base,
+            &run,
+            streams,
+            per_stream,
+            rate,
+            WARMUP,
+            measure,
+            server.pid(),
+        )
+        .await?;
+        eprintln!(
+            "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  rss {:>6.1} KiB/idle reader  cpu {:.2} cores  {} sent, {} of {} delivered, {} reader errors",
+            kind.name(),
+            result.p50_ms,
+            result.p99_ms,
+            result.max_ms,
+            result.rss_per_reader_kib,
+            result.server_cores,
+            result.sent,
+            result.received,
+            result.expected,
+            result.reader_errors
+        );
+        results.push((kind, result));
+    }
+    let base = &results[0].1;
+    for (kind, result) in &results[1..] {
+        eprintln!(
+            "   tapedeck / {}: p50 {:.2}x  p99 {:.2}x  rss per reader {:.2}x  cpu {:.2}x",
+            kind.name(),
+            base.p50_ms / result.p50_ms,
+            base.p99_ms / result.p99_ms,
+            base.rss_per_reader_kib / result.rss_per_reader_kib,
+            base.server_cores / result.server_cores
+        );
     }
     Ok(())
 }

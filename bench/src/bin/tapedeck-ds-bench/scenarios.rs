@@ -24,7 +24,7 @@ pub(crate) struct LatencyResult {
     pub(crate) received: u64,
 }
 
-fn client() -> reqwest::Client {
+pub(crate) fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_max_idle_per_host(usize::MAX)
         .tcp_nodelay(true)
@@ -32,7 +32,7 @@ fn client() -> reqwest::Client {
         .expect("an HTTP client")
 }
 
-async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
+pub(crate) async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
     let response = client
         .put(url)
         .header("content-type", "text/plain")
@@ -44,7 +44,7 @@ async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
     Ok(())
 }
 
-async fn append(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<()> {
+pub(crate) async fn append(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<()> {
     let response = client
         .post(url)
         .header("content-type", "text/plain")
@@ -57,7 +57,7 @@ async fn append(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<()
     Ok(())
 }
 
-fn ms(histogram: &Histogram<u64>, quantile: f64) -> f64 {
+pub(crate) fn ms(histogram: &Histogram<u64>, quantile: f64) -> f64 {
     histogram.value_at_quantile(quantile) as f64 / 1000.0
 }
 
@@ -116,7 +116,7 @@ pub(crate) async fn appends(
 }
 
 /// Digits of a send time in a message body.
-const STAMP: usize = 20;
+pub(crate) const STAMP: usize = 20;
 
 /// `streams` streams, each followed by one SSE reader from `now` and written at `rate` messages
 /// a second; each message carries its send time, so every reader measures append→receive.
@@ -223,12 +223,12 @@ pub(crate) async fn sse_latency(
     })
 }
 
-fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
 /// The send times in one SSE `data` event: its `data:` lines hold whole 20-digit stamps.
-fn stamps(event: &[u8]) -> Vec<u64> {
+pub(crate) fn stamps(event: &[u8]) -> Vec<u64> {
     let text = String::from_utf8_lossy(event);
     if !text
         .lines()

@@ -42,6 +42,13 @@ pub(crate) struct Server {
     _data: tempfile::TempDir,
 }
 
+impl Server {
+    /// The server's process id.
+    pub(crate) fn pid(&self) -> u32 {
+        self.child.id()
+    }
+}
+
 impl Drop for Server {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -66,7 +73,9 @@ pub(crate) async fn start(kind: Kind, bins: &Binaries, work_dir: &Path) -> Resul
             c.args(["serve", "--listen", &grpc, "--http-listen"])
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--data-dir")
-                .arg(dir);
+                .arg(dir)
+                // The fan-out measure holds 10,000 connections; the default allows 4,096.
+                .args(["--http-max-connections", "20000"]);
             c.env("RUST_LOG", "warn");
             c
         }

@@ -1,0 +1,178 @@
+//! Fan-out: many SSE readers on each of a few streams written at a steady rate, as when
+//! thousands of browsers follow one popular response. Measures append→receive latency at every
+//! reader, the server's resident memory per idle reader, its CPU while the streams are
+//! written, and every reader that failed or missed a message.
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use futures::StreamExt;
+use hdrhistogram::Histogram;
+
+use crate::procfs;
+use crate::scenarios::{STAMP, append, client, create, find, ms, stamps};
+
+/// Readers connecting at once.
+const CONNECTING: usize = 256;
+/// How long the readers sit idle before the server's memory is read.
+const IDLE: Duration = Duration::from_secs(2);
+
+/// What one fan-out run measured.
+pub(crate) struct FanOutResult {
+    pub(crate) p50_ms: f64,
+    pub(crate) p99_ms: f64,
+    pub(crate) max_ms: f64,
+    /// Messages appended during the run.
+    pub(crate) sent: u64,
+    /// Messages every reader should have received (sent × readers per stream).
+    pub(crate) expected: u64,
+    pub(crate) received: u64,
+    /// Readers that could not connect, or whose stream failed.
+    pub(crate) reader_errors: u64,
+    /// The server's resident memory grown per idle reader, in KiB.
+    pub(crate) rss_per_reader_kib: f64,
+    /// The server's CPU while the streams were written, in cores.
+    pub(crate) server_cores: f64,
+}
+
+/// `streams` streams, each followed by `per_stream` SSE readers from `now` and written at
+/// `rate` messages a second, for `warmup + measure`; `pid` is the server's process.
+#[allow(clippy::too_many_arguments)]
+pub(crate) async fn fan_out(
+    base: &str,
+    run: &str,
+    streams: usize,
+    per_stream: usize,
+    rate: u32,
+    warmup: Duration,
+    measure: Duration,
+    pid: u32,
+) -> Result<FanOutResult> {
+    let client = client();
+    let mut urls = Vec::with_capacity(streams);
+    for s in 0..streams {
+        let url = format!("{base}/{run}-fan-{s}");
+        create(&client, &url).await?;
+        urls.push(url);
+    }
+    let rss_before = procfs::memory(Some(pid)).context("the server's memory")?;
+    let epoch = Instant::now();
+    let stop = Arc::new(AtomicBool::new(false));
+    let received = Arc::new(AtomicU64::new(0));
+    let errors = Arc::new(AtomicU64::new(0));
+    // Stamps sent from this time on (ns since `epoch`) are measured; set once writing starts.
+    let record_from = Arc::new(AtomicU64::new(u64::MAX));
+    let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
+
+    let wanted: Vec<String> = urls
+        .iter()
+        .flat_map(|url| std::iter::repeat_n(format!("{url}?offset=now&live=sse"), per_stream))
+        .collect();
+    let readers = wanted.len();
+    let responses: Vec<_> = futures::stream::iter(wanted)
+        .map(|url| {
+            let client = client.clone();
+            async move {
+                let response = client.get(&url).send().await.ok()?;
+                response.status().is_success().then_some(response)
+            }
+        })
+        .buffer_unordered(CONNECTING)
+        .collect()
+        .await;
+    let mut tasks = Vec::with_capacity(readers);
+    for response in responses {
+        let Some(response) = response else {
+            errors.fetch_add(1, Ordering::Relaxed);
+            continue;
+        };
+        let (stop, received, errors) = (stop.clone(), received.clone(), errors.clone());
+        let (histogram, record_from) = (histogram.clone(), record_from.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut body = response.bytes_stream();
+            let mut buffer = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let next = tokio::time::timeout(Duration::from_millis(200), body.next()).await;
+                let chunk = match next {
+                    Ok(Some(Ok(chunk))) => chunk,
+                    Ok(Some(Err(_)) | None) => {
+                        errors.fetch_add(1, Ordering::Relaxed);
+                        return;
+                    }
+                    Err(_) => continue,
+                };
+                let now = epoch.elapsed();
+                buffer.extend_from_slice(&chunk);
+                while let Some(end) = find(&buffer, b"\n\n") {
+                    let event: Vec<u8> = buffer.drain(..end + 2).collect();
+                    for stamp in stamps(&event) {
+                        received.fetch_add(1, Ordering::Relaxed);
+                        let sent = Duration::from_nanos(stamp);
+                        if stamp >= record_from.load(Ordering::Relaxed) {
+                            let micros = now.saturating_sub(sent).as_micros() as u64;
+                            let mut histogram = histogram.lock().unwrap_or_else(|e| e.into_inner());
+                            let _ = histogram.record(micros.max(1));
+                        }
+                    }
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(IDLE).await;
+    let rss_idle = procfs::memory(Some(pid)).context("the server's memory")?;
+    let rss_per_reader_kib =
+        rss_idle.rss_kib.saturating_sub(rss_before.rss_kib) as f64 / readers.max(1) as f64;
+
+    // The writers' clock starts now: stamps are times since `epoch`.
+    let started = epoch.elapsed();
+    let until = started + warmup + measure;
+    record_from.store((started + warmup).as_nanos() as u64, Ordering::Relaxed);
+    let cpu_before = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut writers = Vec::with_capacity(streams);
+    for (s, url) in urls.into_iter().enumerate() {
+        let (client, sent) = (client.clone(), sent.clone());
+        writers.push(tokio::spawn(async move {
+            let period = Duration::from_secs(1) / rate;
+            let offset = period * s as u32 / streams as u32;
+            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            loop {
+                ticker.tick().await;
+                let at = epoch.elapsed();
+                if at >= until {
+                    break;
+                }
+                let stamp = format!("{:0STAMP$}", at.as_nanos());
+                append(&client, &url, stamp.into_bytes()).await?;
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+            Ok::<_, anyhow::Error>(())
+        }));
+    }
+    for writer in writers {
+        writer.await??;
+    }
+    let cpu_after = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
+    let server_cores = (cpu_after - cpu_before) / (warmup + measure).as_secs_f64();
+    // The last messages' time to arrive.
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    stop.store(true, Ordering::Relaxed);
+    for task in tasks {
+        let _ = task.await;
+    }
+    let histogram = histogram.lock().unwrap_or_else(|e| e.into_inner());
+    let sent = sent.load(Ordering::Relaxed);
+    Ok(FanOutResult {
+        p50_ms: ms(&histogram, 0.5),
+        p99_ms: ms(&histogram, 0.99),
+        max_ms: histogram.max() as f64 / 1000.0,
+        sent,
+        expected: sent * per_stream as u64,
+        received: received.load(Ordering::Relaxed),
+        reader_errors: errors.load(Ordering::Relaxed),
+        rss_per_reader_kib,
+        server_cores,
+    })
+}
