@@ -3,7 +3,8 @@
 # durable-streams-server (crate durable-streams 0.1.5, WAL durability) and
 # durable-streams-server 0.3.0 in acid (redb) mode, one run:
 #   appends/s with 1,000 writers; SSE append→receive latency, 200 streams × 50 messages/s;
-#   catch-up read MB/s.
+#   catch-up read MB/s; fan-out, 100 streams × 100 SSE readers (10,000 connections; the
+#   open-file limit is raised to its hard maximum, which must allow it).
 # Installs the two peers with `cargo install` into target/ds-peers the first time (a few
 # minutes on 2 cores). Extra arguments go to tapedeck-ds-bench (e.g. --seconds 5).
 set -euo pipefail
