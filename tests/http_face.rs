@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use reqwest::StatusCode;
-use tapedeck::access::{AccessConfig, Claims, Role, Secret};
+use tapedeck::access::{AccessConfig, Role, Secret};
 
 const CLOSED: &str = "stream-closed";
 const NEXT: &str = "stream-next-offset";
@@ -99,24 +99,9 @@ async fn grpc_replay_of_a_byte_stream_names_its_content_type() {
 
 const SECRET: &str = "http-grant-secret-of-at-least-32-bytes";
 
+/// A grant of `conversations`, signed with the server's secret.
 fn grant(conversations: &[(&str, Role)]) -> String {
-    let exp = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_secs()
-        + 600;
-    let claims = Claims {
-        sub: "user-9".into(),
-        exp,
-        nbf: None,
-        iss: None,
-        aud: None,
-        conversations: conversations
-            .iter()
-            .map(|(id, role)| (id.to_string(), *role))
-            .collect(),
-    };
-    tapedeck::access::mint(&Secret::new(SECRET), &claims).unwrap()
+    common::grant(SECRET, conversations)
 }
 
 #[tokio::test]

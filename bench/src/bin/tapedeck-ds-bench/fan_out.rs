@@ -11,7 +11,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 
 use crate::procfs;
-use crate::scenarios::{STAMP, append, client, create, find, ms, stamps};
+use crate::scenarios::{client, create, find, ms, stamps, write_stamped};
 
 /// Readers connecting at once.
 const CONNECTING: usize = 256;
@@ -129,31 +129,7 @@ pub(crate) async fn fan_out(
     let until = started + warmup + measure;
     record_from.store((started + warmup).as_nanos() as u64, Ordering::Relaxed);
     let cpu_before = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
-    let sent = Arc::new(AtomicU64::new(0));
-    let mut writers = Vec::with_capacity(streams);
-    for (s, url) in urls.into_iter().enumerate() {
-        let (client, sent) = (client.clone(), sent.clone());
-        writers.push(tokio::spawn(async move {
-            let period = Duration::from_secs(1) / rate;
-            let offset = period * s as u32 / streams as u32;
-            let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
-            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
-            loop {
-                ticker.tick().await;
-                let at = epoch.elapsed();
-                if at >= until {
-                    break;
-                }
-                let stamp = format!("{:0STAMP$}", at.as_nanos());
-                append(&client, &url, stamp.into_bytes()).await?;
-                sent.fetch_add(1, Ordering::Relaxed);
-            }
-            Ok::<_, anyhow::Error>(())
-        }));
-    }
-    for writer in writers {
-        writer.await??;
-    }
+    let sent = write_stamped(&client, urls, rate, epoch, until).await?;
     let cpu_after = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
     let server_cores = (cpu_after - cpu_before) / (warmup + measure).as_secs_f64();
     // The last messages' time to arrive.
@@ -163,7 +139,6 @@ pub(crate) async fn fan_out(
         let _ = task.await;
     }
     let histogram = histogram.lock().unwrap_or_else(|e| e.into_inner());
-    let sent = sent.load(Ordering::Relaxed);
     Ok(FanOutResult {
         p50_ms: ms(&histogram, 0.5),
         p99_ms: ms(&histogram, 0.99),

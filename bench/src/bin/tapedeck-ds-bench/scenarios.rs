@@ -179,12 +179,37 @@ pub(crate) async fn sse_latency(
             Ok::<_, anyhow::Error>(histogram)
         }));
     }
+    let sent = write_stamped(&client, urls, rate, epoch, warmup + measure).await?;
+    // The last messages' time to arrive.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    stop.store(true, Ordering::Relaxed);
+    let mut histogram = Histogram::<u64>::new(3)?;
+    for reader in readers {
+        histogram.add(reader.await??)?;
+    }
+    Ok(LatencyResult {
+        p50_ms: ms(&histogram, 0.5),
+        p99_ms: ms(&histogram, 0.99),
+        max_ms: histogram.max() as f64 / 1000.0,
+        sent,
+        received: received.load(Ordering::Relaxed),
+    })
+}
+
+/// Appends to each of `urls` at `rate` messages a second until `until` after `epoch`, each
+/// message its send time (ns since `epoch`, [`STAMP`] digits); returns how many were sent.
+pub(crate) async fn write_stamped(
+    client: &reqwest::Client,
+    urls: Vec<String>,
+    rate: u32,
+    epoch: Instant,
+    until: Duration,
+) -> Result<u64> {
+    let streams = urls.len();
     let sent = Arc::new(AtomicU64::new(0));
-    let until = warmup + measure;
     let mut writers = Vec::with_capacity(streams);
     for (s, url) in urls.into_iter().enumerate() {
-        let client = client.clone();
-        let sent = sent.clone();
+        let (client, sent) = (client.clone(), sent.clone());
         writers.push(tokio::spawn(async move {
             let period = Duration::from_secs(1) / rate;
             // Spread the writers over one period so their appends do not arrive in bursts.
@@ -207,20 +232,7 @@ pub(crate) async fn sse_latency(
     for writer in writers {
         writer.await??;
     }
-    // The last messages' time to arrive.
-    tokio::time::sleep(Duration::from_millis(500)).await;
-    stop.store(true, Ordering::Relaxed);
-    let mut histogram = Histogram::<u64>::new(3)?;
-    for reader in readers {
-        histogram.add(reader.await??)?;
-    }
-    Ok(LatencyResult {
-        p50_ms: ms(&histogram, 0.5),
-        p99_ms: ms(&histogram, 0.99),
-        max_ms: histogram.max() as f64 / 1000.0,
-        sent: sent.load(Ordering::Relaxed),
-        received: received.load(Ordering::Relaxed),
-    })
+    Ok(sent.load(Ordering::Relaxed))
 }
 
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
