@@ -4,6 +4,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::TryStreamExt;
 use tokio::net::TcpListener;
 use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
@@ -229,7 +230,8 @@ pub async fn run(
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
-        .with_keepalive(Some(KEEPALIVE_INTERVAL));
+        .with_keepalive(Some(KEEPALIVE_INTERVAL))
+        .map_ok(grpc::CoalescedWrites::new);
     let serve = server
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

@@ -155,6 +155,27 @@ impl Forwarded {
         Ok(Some(committed))
     }
 
+    /// A future that resolves once [`stopped`](Self::stopped) would, polled beside each
+    /// message of the session (see [`Producer::stop_signal`](crate::recorder::Producer::stop_signal)).
+    pub fn stop_signal(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (mut ended, lost) = (self.ended.clone(), self.lost.clone());
+        async move {
+            loop {
+                if ended.borrow_and_update().is_some() {
+                    return;
+                }
+                if ended.changed().await.is_err() {
+                    // As `stopped`: a task over without an end stops the session only if it
+                    // gave the session up.
+                    if lost.get().is_some() {
+                        return;
+                    }
+                    std::future::pending::<()>().await;
+                }
+            }
+        }
+    }
+
     /// Resolves when the session is stopped by another hand (cancel, delete, supersede,
     /// another producer, the leader shutting down).
     ///

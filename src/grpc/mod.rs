@@ -5,6 +5,7 @@
 
 mod cluster;
 mod cluster_status;
+mod coalesce;
 mod deadline;
 pub(crate) mod everywhere;
 mod recorder;
@@ -16,6 +17,7 @@ pub(crate) mod status;
 mod telemetry;
 
 pub use cluster_status::ClusterService;
+pub use coalesce::CoalescedWrites;
 pub use deadline::DeadlineLayer;
 pub use recorder::RecorderService;
 pub use recordings::RecordingsService;

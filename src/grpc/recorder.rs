@@ -171,11 +171,12 @@ async fn record_stream(
     mut stream: Streaming<RecordRequest>,
 ) -> Result<RecordResponse, Status> {
     let mut next = Some(first);
+    let mut stop_signal = producer.stop_signal();
     loop {
         let message = match next.take() {
             Some(message) => message,
             None => tokio::select! {
-                stopped = producer.stopped() => match stopped {
+                () = &mut stop_signal => match producer.stopped().await {
                     Ok(stopped) => return Ok(stopped_response(stopped, &producer)),
                     // Given up by this node (the leader refused what it was sent): failed as
                     // a refused message fails on a single node.

@@ -255,6 +255,7 @@ async fn stream_tokens(
     let mut pending = VecDeque::new();
     let mut next = Some(first);
     let mut input_open = true;
+    let mut stop_signal = producer.stop_signal();
     loop {
         if let Some(message) = next.take() {
             let complete = message.complete;
@@ -279,7 +280,8 @@ async fn stream_tokens(
                     return;
                 }
             }
-            stopped = producer.stopped() => {
+            () = &mut stop_signal => {
+                let stopped = producer.stopped().await;
                 // Acks already owed come first; refused ones report the end themselves.
                 while let Some(response) = next_owed(&mut pending).await {
                     let _ = responses.send(Ok(response)).await;

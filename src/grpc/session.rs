@@ -1,5 +1,7 @@
 //! A Record call's producer session: run here, or, on a node of a cluster, forwarded to the
 //! leader. Both answer the same calls; the Record handler does not tell them apart.
+use std::pin::Pin;
+
 use crate::cluster::{Cluster, Forwarded};
 use crate::error::Result;
 use crate::id::ConversationId;
@@ -57,6 +59,14 @@ impl Session {
         match self {
             Session::Local(producer) => producer.accept(conversation_id, content).await,
             Session::Forwarded(forwarded) => forwarded.accept(conversation_id, content).await,
+        }
+    }
+
+    /// Resolves once [`stopped`](Self::stopped) would; made once per session.
+    pub(super) fn stop_signal(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
+        match self {
+            Session::Local(producer) => Box::pin(producer.stop_signal()),
+            Session::Forwarded(forwarded) => Box::pin(forwarded.stop_signal()),
         }
     }
 

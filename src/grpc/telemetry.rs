@@ -287,6 +287,9 @@ pin_project_lite::pin_project! {
         call: Arc<Call>,
         side: Side,
         framing: Framing,
+        // Looked up once: a lookup hashes the call's labels, and a stream may carry a
+        // message per token.
+        messages: metrics::Counter,
     }
 
     impl PinnedDrop for Counted {
@@ -301,10 +304,16 @@ pin_project_lite::pin_project! {
 
 impl Counted {
     fn new(inner: Body, call: Arc<Call>, side: Side) -> Self {
+        let name = match side {
+            Side::Received => metric::GRPC_MSG_RECEIVED,
+            Side::Sent => metric::GRPC_MSG_SENT,
+        };
+        let messages = metrics::counter!(name, call.labels());
         Self {
             inner,
             call,
             side,
+            messages,
             framing: Framing {
                 header: ([0; 5], 0),
                 remaining: 0,
@@ -326,16 +335,12 @@ impl HttpBody for Counted {
         let polled = this.inner.poll_frame(cx);
         if let Poll::Ready(Some(Ok(frame))) = &polled {
             if let Some(data) = frame.data_ref() {
-                let call = this.call.clone();
+                let call: &Call = this.call;
                 let count = this
                     .framing
                     .feed(data.chunk(), |first| call.saw_first_message(first));
                 if count > 0 {
-                    let name = match this.side {
-                        Side::Received => metric::GRPC_MSG_RECEIVED,
-                        Side::Sent => metric::GRPC_MSG_SENT,
-                    };
-                    metrics::counter!(name, this.call.labels()).increment(count);
+                    this.messages.increment(count);
                 }
             } else if let Some(trailers) = frame.trailers_ref()
                 && let Some(code) = trailers.get("grpc-status")

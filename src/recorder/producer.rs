@@ -138,6 +138,21 @@ impl Producer {
         Ok(Some(committed))
     }
 
+    /// A future that resolves once [`stopped`](Self::stopped) would: made once per session and
+    /// polled beside each message, where making `stopped` anew for every message would
+    /// register and drop three waiters per token.
+    pub fn stop_signal(&self) -> impl Future<Output = ()> + Send + 'static {
+        let (tape, mut holder) = (self.tape.clone(), self.holder.clone());
+        let (stopping, session) = (self.stopping.clone(), self.session);
+        async move {
+            tokio::select! {
+                _ = tape.ended() => {}
+                _ = holder.wait_for(|h| h.session != session) => {}
+                () = stopping.cancelled() => {}
+            }
+        }
+    }
+
     /// Waits until the session is stopped by another hand: the recording ends (cancel,
     /// delete, supersede, idle timeout, storage failure), another producer resumes it, or the
     /// server shuts down.
