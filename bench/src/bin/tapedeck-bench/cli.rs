@@ -239,6 +239,7 @@ impl Cli {
             work_dir: self.work_dir.clone(),
             weed: self.weed.clone(),
             tier: self.tier,
+            tapedeck_args: Vec::new(),
         })
     }
 }

@@ -1,7 +1,9 @@
 //! Drives one target through one scenario and measures it: [`live`] runs producers (open or
 //! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back;
-//! [`restart`] and [`tier`] run on their own.
+//! [`restart`] and [`tier`] run on their own ([`crash`] holds the restart scenario's server
+//! handling).
 //! This file holds what both share: the clock, counters, CPU accounting and progress bars.
+mod crash;
 mod live;
 mod replay;
 mod restart;
