@@ -88,11 +88,12 @@ fn progress_bar(label: &str, seconds: u64) -> ProgressBar {
     bar
 }
 
-/// Latencies a producer collected: send → subscriber receive, and send → ack (targets that
-/// ack each token).
+/// Latencies a producer collected: send → subscriber receive, send → ack (targets that
+/// ack each token), and completion sent → acked.
 struct Latencies {
     delivery: Histogram<u64>,
     ack: Histogram<u64>,
+    completion: Histogram<u64>,
 }
 
 impl Latencies {
@@ -100,12 +101,14 @@ impl Latencies {
         Self {
             delivery: report::histogram(),
             ack: report::histogram(),
+            completion: report::histogram(),
         }
     }
 
     fn add(&mut self, other: &Latencies) {
         let _ = self.delivery.add(&other.delivery);
         let _ = self.ack.add(&other.ack);
+        let _ = self.completion.add(&other.completion);
     }
 }
 
