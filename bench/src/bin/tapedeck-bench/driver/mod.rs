@@ -1,9 +1,10 @@
 //! Drives one target through one scenario and measures it: [`live`] runs producers (open or
 //! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back;
-//! [`restart`] and [`tier`] run on their own ([`crash`] holds the restart scenario's server
-//! handling).
+//! [`restart`], [`tier`] and [`curves`] run on their own ([`crash`] holds what the restart and
+//! curves scenarios share).
 //! This file holds what both share: the clock, counters, CPU accounting and progress bars.
 mod crash;
+mod curves;
 mod live;
 mod replay;
 mod restart;
@@ -16,6 +17,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub(crate) use curves::{CurvesWorkload, run_curves, table as curves_table};
 pub(crate) use live::run_live;
 pub(crate) use replay::run_replay;
 pub(crate) use restart::{run_restart, table as restart_table};
