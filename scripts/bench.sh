@@ -5,6 +5,9 @@
 #   (a) 200 producers × 50 tokens/s, 1 live subscriber each, 30 s
 #   (b) 1,000 producers, closed loop, 30 s
 #   (c) replay of 1,000 completed 2,000-token recordings
+# On their own (--scenarios NAME, tapedeck only): restart, tier, and curves (cost against size:
+# restart, reads, memory and Record against stored data, recordings and producers, drawn as SVG
+# charts in --charts, default target/curves; --curve-sizes small for a quick look).
 # Extra arguments go to tapedeck-bench (e.g. --scenarios a --duration 5 for a quick look).
 # Prints the tables; writes the JSON to target/bench-results.json (override with BENCH_JSON).
 set -euo pipefail

@@ -7,7 +7,7 @@ use std::time::Duration;
 use anyhow::{Context, Result};
 use clap::{Parser, ValueEnum};
 
-use crate::driver::{TierSet, TierWorkload};
+use crate::driver::{CurvesWorkload, TierSet, TierWorkload};
 use crate::targets::{Environment, TargetKind};
 use crate::workload::{self, LiveWorkload, ReplayWorkload, Scenario};
 
@@ -21,7 +21,8 @@ pub(crate) struct Cli {
     /// b (1,000 producers closed loop, 30 s), c (replay 1,000 × 2,000-token recordings),
     /// restart (1,000 × 1,000 × 1 KiB loaded, then SIGKILL and timed restarts; tapedeck only),
     /// tier (1,000 × 64 KiB and 100 × 1 MiB recordings sealed into SeaweedFS, then replayed
-    /// locally and from the object store; tapedeck only, needs `weed`), custom.
+    /// locally and from the object store; tapedeck only, needs `weed`), curves (cost against
+    /// size, one SVG chart per curve in --charts; tapedeck only, see --curve-sizes), custom.
     #[arg(long, value_delimiter = ',', default_values = ["a", "b", "c", "restart"])]
     pub scenarios: Vec<ScenarioKind>,
     /// Targets to run each scenario against. Default: a = all but tapedeck-ack, b = all,
@@ -56,6 +57,33 @@ pub(crate) struct Cli {
     /// Recordings replayed at once in scenario c (default 16).
     #[arg(long)]
     pub replay_concurrency: Option<usize>,
+
+    /// Sizes of the curves scenario: full (restart at 1, 4, 16 GiB stored; reads at 10k, 100k,
+    /// 1M stored recordings; memory at 1k, 10k, 50k live recordings; Record at 10, 100, 1k,
+    /// 10k producers, 10 s each: 10-15 minutes here, most of it loading 16 GiB, which takes
+    /// 22 GiB of --work-dir) or small (a check run of under a minute).
+    #[arg(long, value_enum, default_value_t = CurveSizes::Full)]
+    pub curve_sizes: CurveSizes,
+    /// Which curves to run (default all): restart, stored, live, producers.
+    #[arg(long, value_delimiter = ',')]
+    pub curves: Option<Vec<CurveKind>>,
+    /// GiB of token text at each point of the restart curve (overrides --curve-sizes).
+    #[arg(long, value_delimiter = ',')]
+    pub restart_gib: Option<Vec<f64>>,
+    /// Completed recordings at each point of the stored curve (overrides --curve-sizes).
+    #[arg(long, value_delimiter = ',')]
+    pub stored_recordings: Option<Vec<usize>>,
+    /// Live recordings at each point of the live curve (overrides --curve-sizes).
+    #[arg(long, value_delimiter = ',')]
+    pub live_recordings: Option<Vec<usize>>,
+    /// Producers at each point of the producers curve (overrides --curve-sizes); --duration
+    /// sets each point's length (default 10 s, small 3 s), --tokens-per-recording its
+    /// recordings' (default 100).
+    #[arg(long, value_delimiter = ',')]
+    pub curve_producers: Option<Vec<usize>>,
+    /// Where the curves scenario writes its SVG charts.
+    #[arg(long, default_value = "target/curves")]
+    pub charts: PathBuf,
 
     /// Use the tapedeck server at this address instead of spawning one.
     #[arg(long)]
@@ -95,7 +123,26 @@ pub(crate) enum ScenarioKind {
     C,
     Restart,
     Tier,
+    Curves,
     Custom,
+}
+
+/// The sizes the curves scenario measures at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CurveSizes {
+    /// The sizes.
+    Full,
+    /// Small sizes, for a check that the scenario works.
+    Small,
+}
+
+/// One curve of the curves scenario.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum CurveKind {
+    Restart,
+    Stored,
+    Live,
+    Producers,
 }
 
 impl Cli {
@@ -168,7 +215,9 @@ impl Cli {
                         vec![Tapedeck, RedisEverysec, SqliteGroup, FsyncLog],
                     ),
                     // Run on their own (see `restart` and `tier`).
-                    ScenarioKind::Restart | ScenarioKind::Tier => return None,
+                    ScenarioKind::Restart | ScenarioKind::Tier | ScenarioKind::Curves => {
+                        return None;
+                    }
                     ScenarioKind::Custom => (
                         Scenario::Live {
                             name: "custom".into(),
@@ -224,6 +273,68 @@ impl Cli {
         })
     }
 
+    /// The curves scenario's sizes, if it is to run: --curve-sizes, then any per-curve list,
+    /// then --curves leaving out the curves not named.
+    pub(crate) fn curves(&self) -> Option<CurvesWorkload> {
+        if !self.scenarios.contains(&ScenarioKind::Curves) {
+            return None;
+        }
+        let full = self.curve_sizes == CurveSizes::Full;
+        Some(CurvesWorkload {
+            restart_gib: self.curve(
+                CurveKind::Restart,
+                &self.restart_gib,
+                vec![1.0, 4.0, 16.0],
+                vec![0.0625, 0.125, 0.25],
+            ),
+            stored_recordings: self.curve(
+                CurveKind::Stored,
+                &self.stored_recordings,
+                vec![10_000, 100_000, 1_000_000],
+                vec![1_000, 4_000, 16_000],
+            ),
+            live_recordings: self.curve(
+                CurveKind::Live,
+                &self.live_recordings,
+                vec![1_000, 10_000, 50_000],
+                vec![200, 1_000, 4_000],
+            ),
+            producers: self.curve(
+                CurveKind::Producers,
+                &self.curve_producers,
+                vec![10, 100, 1_000, 10_000],
+                vec![10, 100, 1_000],
+            ),
+            producer_duration: Duration::from_secs_f64(self.duration.unwrap_or(if full {
+                10.0
+            } else {
+                3.0
+            })),
+            // Shorter than (b)'s 500, so that at 10k producers each still completes a few
+            // recordings within a point instead of all of them at its end.
+            tokens_per_recording: self.tokens_per_recording.unwrap_or(100),
+            charts: self.charts.clone(),
+        })
+    }
+
+    /// One curve's sizes: none if --curves leaves it out, else `given`, else the sizes of
+    /// --curve-sizes.
+    fn curve<T: Clone>(
+        &self,
+        kind: CurveKind,
+        given: &Option<Vec<T>>,
+        full: Vec<T>,
+        small: Vec<T>,
+    ) -> Vec<T> {
+        let wanted = self.curves.as_ref().is_none_or(|c| c.contains(&kind));
+        match (wanted, given) {
+            (false, _) => Vec::new(),
+            (true, Some(sizes)) => sizes.clone(),
+            (true, None) if self.curve_sizes == CurveSizes::Full => full,
+            (true, None) => small,
+        }
+    }
+
     pub(crate) fn environment(&self) -> Result<Environment> {
         let tapedeck_bin = match &self.tapedeck_bin {
             Some(path) => path.clone(),
@@ -239,6 +350,7 @@ impl Cli {
             work_dir: self.work_dir.clone(),
             weed: self.weed.clone(),
             tier: self.tier,
+            tapedeck_args: Vec::new(),
         })
     }
 }

@@ -4,8 +4,9 @@
 //!
 //! Scenarios: (a) live, open loop: producers at a fixed token rate with live subscribers;
 //! (b) closed loop: producers as fast as acks allow; (c) catch-up replay of completed
-//! recordings; `custom` takes every workload flag. `restart` and `tier` (the object-store
-//! tier: sealing and replay from SeaweedFS) run on their own, tapedeck only.
+//! recordings; `custom` takes every workload flag. `restart`, `tier` (the object-store
+//! tier: sealing and replay from SeaweedFS) and `curves` (cost against size, drawn as SVG
+//! charts) run on their own, tapedeck only.
 mod cli;
 mod disk;
 mod driver;
@@ -91,6 +92,21 @@ fn main() -> Result<()> {
         }
         None => None,
     };
+    let curves = cli.curves().map(|workload| {
+        eprintln!(
+            "== curves: cost against size, charts in {}",
+            workload.charts.display()
+        );
+        runtime.block_on(driver::run_curves(&env, &workload))
+    });
+    let curves = match curves {
+        Some(Ok(outcome)) => Some(outcome),
+        Some(Err(err)) => {
+            eprintln!("   curves: failed to run: {err:#}");
+            None
+        }
+        None => None,
+    };
     runtime.shutdown_timeout(Duration::from_secs(5));
 
     let mut tables = report::tables(&outcomes);
@@ -99,6 +115,9 @@ fn main() -> Result<()> {
     }
     if let Some(outcome) = &tier {
         tables.push_str(&driver::tier_table(outcome));
+    }
+    if let Some(outcome) = &curves {
+        tables.push_str(&driver::curves_table(outcome));
     }
     if env.tier {
         tables.push_str("\ntapedeck sealed ended recordings into SeaweedFS (--tier)\n");
@@ -117,6 +136,7 @@ fn main() -> Result<()> {
             "outcomes": outcomes,
             "restart": restart,
             "tier": tier,
+            "curves": curves,
             "tier_on": env.tier,
         });
         println!("{}", serde_json::to_string_pretty(&document)?);

@@ -59,6 +59,10 @@ pub(crate) struct Outcome {
     pub latency: Option<Latency>,
     /// Producer send → ack, for targets that ack every token.
     pub ack_latency: Option<Latency>,
+    /// Producer's completion sent → its ack, which a target sends once the recording (every
+    /// token of it) is stored: for tapedeck's `Record`, the call's answer.
+    #[serde(default)]
+    pub completion_latency: Option<Latency>,
     /// Tokens subscribers received, and how many they should have.
     pub received_tokens: u64,
     pub expected_received: u64,

@@ -106,6 +106,7 @@ pub(crate) async fn run_live<T: Target>(
         acked_tokens_per_s: acked as f64 / elapsed.as_secs_f64(),
         latency: Latency::of(&latency.delivery),
         ack_latency: Latency::of(&latency.ack),
+        completion_latency: Latency::of(&latency.completion),
         received_tokens: counters.received.load(Ordering::Relaxed),
         expected_received: counters.expected.load(Ordering::Relaxed),
         sequence_errors: counters.sequence_errors.load(Ordering::Relaxed),
@@ -225,7 +226,11 @@ async fn record_one<T: Target>(
         counters.sent.fetch_add(1, Ordering::Relaxed);
         counters.acked.fetch_add(acked, Ordering::Relaxed);
     }
+    let finishing = Instant::now();
     let acked = producer.finish().await?;
+    latency
+        .completion
+        .saturating_record(finishing.elapsed().as_micros() as u64);
     counters.acked.fetch_add(acked, Ordering::Relaxed);
     counters
         .expected

@@ -1,7 +1,10 @@
 //! Drives one target through one scenario and measures it: [`live`] runs producers (open or
 //! closed loop) with live subscribers, [`replay`] loads completed recordings and reads them back;
-//! [`restart`] and [`tier`] run on their own.
+//! [`restart`], [`tier`] and [`curves`] run on their own ([`crash`] holds what the restart and
+//! curves scenarios share).
 //! This file holds what both share: the clock, counters, CPU accounting and progress bars.
+mod crash;
+mod curves;
 mod live;
 mod replay;
 mod restart;
@@ -14,6 +17,7 @@ use std::time::{Duration, Instant};
 use hdrhistogram::Histogram;
 use indicatif::{ProgressBar, ProgressStyle};
 
+pub(crate) use curves::{CurvesWorkload, run_curves, table as curves_table};
 pub(crate) use live::run_live;
 pub(crate) use replay::run_replay;
 pub(crate) use restart::{run_restart, table as restart_table};
@@ -86,11 +90,12 @@ fn progress_bar(label: &str, seconds: u64) -> ProgressBar {
     bar
 }
 
-/// Latencies a producer collected: send → subscriber receive, and send → ack (targets that
-/// ack each token).
+/// Latencies a producer collected: send → subscriber receive, send → ack (targets that
+/// ack each token), and completion sent → acked.
 struct Latencies {
     delivery: Histogram<u64>,
     ack: Histogram<u64>,
+    completion: Histogram<u64>,
 }
 
 impl Latencies {
@@ -98,12 +103,14 @@ impl Latencies {
         Self {
             delivery: report::histogram(),
             ack: report::histogram(),
+            completion: report::histogram(),
         }
     }
 
     fn add(&mut self, other: &Latencies) {
         let _ = self.delivery.add(&other.delivery);
         let _ = self.ack.add(&other.ack);
+        let _ = self.completion.add(&other.completion);
     }
 }
 

@@ -153,6 +153,7 @@ pub(crate) async fn run_replay<T: Target>(
         acked_tokens_per_s: acked as f64 / load_s,
         latency: None,
         ack_latency: None,
+        completion_latency: None,
         received_tokens: 0,
         expected_received: 0,
         sequence_errors: 0,

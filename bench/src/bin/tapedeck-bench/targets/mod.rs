@@ -135,6 +135,9 @@ pub(crate) struct Environment {
     pub weed: PathBuf,
     /// Whether each spawned tapedeck seals into a SeaweedFS of its own (`--tier`).
     pub tier: bool,
+    /// Arguments every spawned tapedeck gets after the bench's own (the curves scenario raises
+    /// the retention and the live-recording limit with them); none by default.
+    pub tapedeck_args: Vec<String>,
 }
 
 /// A child process killed (and reaped) when dropped.

@@ -120,6 +120,7 @@ impl Tapedeck {
                             .map(|s| format!("--object-store={}", s.url("bench"))),
                     )
                     .envs(object_store.iter().flat_map(Seaweed::env))
+                    .args(&env.tapedeck_args)
                     .env("RUST_LOG", "warn")
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
