@@ -10,6 +10,7 @@
 mod cli;
 mod disk;
 mod driver;
+mod open_files;
 mod procfs;
 mod report;
 mod seaweed;

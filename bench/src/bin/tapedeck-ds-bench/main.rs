@@ -4,6 +4,8 @@
 //! fan-out (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors).
 //! Prints one table per measure with each peer's ratio to tapedeck.
 mod fan_out;
+#[path = "../tapedeck-bench/open_files.rs"]
+mod open_files;
 // Shared with tapedeck-bench, which uses the rest of it.
 #[allow(dead_code)]
 #[path = "../tapedeck-bench/procfs.rs"]
@@ -74,15 +76,7 @@ fn main() -> Result<()> {
     let cli = Cli::parse();
     std::fs::create_dir_all(&cli.work_dir).context("making the work dir")?;
     // The fan-out measure holds 10,000 connections on each side; the servers inherit this.
-    let files = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    rustix::process::setrlimit(
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: files.maximum,
-            maximum: files.maximum,
-        },
-    )
-    .context("raising the open-file limit to its maximum")?;
+    crate::open_files::raise_to_maximum()?;
     // Absolute: a server may run in its data dir.
     let absolute = |path: &PathBuf| {
         std::fs::canonicalize(path).with_context(|| format!("no binary at {}", path.display()))

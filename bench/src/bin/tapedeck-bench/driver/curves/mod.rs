@@ -57,15 +57,7 @@ pub(crate) async fn run_curves(
     workload: &CurvesWorkload,
 ) -> Result<CurvesOutcome> {
     // The live curve holds a socket per 100 streams on each side; the servers inherit this.
-    let files = rustix::process::getrlimit(rustix::process::Resource::Nofile);
-    rustix::process::setrlimit(
-        rustix::process::Resource::Nofile,
-        rustix::process::Rlimit {
-            current: files.maximum,
-            maximum: files.maximum,
-        },
-    )
-    .context("raising the open-file limit to its maximum")?;
+    crate::open_files::raise_to_maximum()?;
     std::fs::create_dir_all(&workload.charts)
         .with_context(|| format!("making {}", workload.charts.display()))?;
     let env = curves_env(env, workload);
