@@ -228,10 +228,13 @@ pub async fn run(
     })?;
     tracing::info!(%addr, tls = config.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
+    // What one commit answers leaves in one write per connection (not under TLS: see
+    // `CoalescedWrites`).
+    let tls = config.tls.is_some();
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(KEEPALIVE_INTERVAL))
-        .map_ok(grpc::CoalescedWrites::new);
+        .map_ok(move |stream| grpc::CoalescedWrites::new(stream, !tls));
     let serve = server
         .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
         .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))

@@ -13,6 +13,10 @@
 //! everything queued by then. Nothing is held back longer than one pass of the queue, and an
 //! idle runtime runs the connection again at once. Writes of a full frame or more (a replay's)
 //! go at once: they are worth their system call already.
+//!
+//! Plaintext connections only. Under TLS the writes are rustls's, and a handshake that fails
+//! writes its alert (`CertificateRequired`, say) once, without trying again after `Pending`:
+//! the client would see the connection closed instead of why.
 use std::io::IoSlice;
 use std::pin::Pin;
 use std::task::{Context, Poll};
@@ -26,15 +30,18 @@ const WRITE_AT_ONCE_BYTES: usize = 16 * 1024;
 /// A transport whose writes yield once before they reach the socket.
 pub struct CoalescedWrites<IO> {
     inner: IO,
+    /// Whether small writes yield their turn at all.
+    coalescing: bool,
     /// Whether this write already yielded its turn; reset once a write goes through.
     yielded: bool,
 }
 
 impl<IO> CoalescedWrites<IO> {
-    /// Wraps `inner`.
-    pub fn new(inner: IO) -> Self {
+    /// Wraps `inner`; with `coalescing` false, every write goes at once.
+    pub fn new(inner: IO, coalescing: bool) -> Self {
         Self {
             inner,
+            coalescing,
             yielded: false,
         }
     }
@@ -42,7 +49,7 @@ impl<IO> CoalescedWrites<IO> {
     /// `Ready` once a write of `len` bytes may go: at once when it is long, else once it has
     /// yielded its turn (the first call asks to be polled again).
     fn take_turn(&mut self, cx: &mut Context<'_>, len: usize) -> Poll<()> {
-        if len >= WRITE_AT_ONCE_BYTES || self.yielded {
+        if !self.coalescing || len >= WRITE_AT_ONCE_BYTES || self.yielded {
             self.yielded = false;
             Poll::Ready(())
         } else {
@@ -126,7 +133,7 @@ mod tests {
         let counting = Arc::new(Counting(AtomicUsize::new(0)));
         let waker = std::task::Waker::from(counting.clone());
         let mut cx = Context::from_waker(&waker);
-        let mut io = CoalescedWrites::new(Vec::new());
+        let mut io = CoalescedWrites::new(Vec::new(), true);
 
         let first = Pin::new(&mut io).poll_write(&mut cx, b"ack");
         assert!(first.is_pending(), "the first try yields its turn");
@@ -152,10 +159,18 @@ mod tests {
     fn a_frame_sized_write_goes_at_once() {
         let waker = std::task::Waker::noop();
         let mut cx = Context::from_waker(waker);
-        let mut io = CoalescedWrites::new(Vec::new());
+        let mut io = CoalescedWrites::new(Vec::new(), true);
         let frame = vec![7u8; WRITE_AT_ONCE_BYTES];
         let slices = [IoSlice::new(&frame[..9]), IoSlice::new(&frame[9..])];
         let written = Pin::new(&mut io).poll_write_vectored(&mut cx, &slices);
         assert!(matches!(written, Poll::Ready(Ok(n)) if n > 0));
+    }
+
+    #[test]
+    fn without_coalescing_every_write_goes_at_once() {
+        let mut cx = Context::from_waker(std::task::Waker::noop());
+        let mut io = CoalescedWrites::new(Vec::new(), false);
+        let written = Pin::new(&mut io).poll_write(&mut cx, b"alert");
+        assert!(matches!(written, Poll::Ready(Ok(5))));
     }
 }

@@ -8,6 +8,7 @@ mod cluster_status;
 mod coalesce;
 mod deadline;
 pub(crate) mod everywhere;
+mod gated;
 mod recorder;
 mod recordings;
 mod resumer;

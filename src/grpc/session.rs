@@ -2,6 +2,7 @@
 //! leader. Both answer the same calls; the Record handler does not tell them apart.
 use std::pin::Pin;
 
+use super::gated::Gated;
 use crate::cluster::{Cluster, Forwarded};
 use crate::error::Result;
 use crate::id::ConversationId;
@@ -62,11 +63,12 @@ impl Session {
         }
     }
 
-    /// Resolves once [`stopped`](Self::stopped) would; made once per session.
+    /// Resolves once [`stopped`](Self::stopped) would; made once per session, and polled
+    /// only after it woke (see [`Gated`]).
     pub(super) fn stop_signal(&self) -> Pin<Box<dyn Future<Output = ()> + Send>> {
         match self {
-            Session::Local(producer) => Box::pin(producer.stop_signal()),
-            Session::Forwarded(forwarded) => Box::pin(forwarded.stop_signal()),
+            Session::Local(producer) => Box::pin(Gated::new(producer.stop_signal())),
+            Session::Forwarded(forwarded) => Box::pin(Gated::new(forwarded.stop_signal())),
         }
     }
 
