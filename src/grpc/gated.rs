@@ -2,9 +2,10 @@
 //! stopped by another hand) that sits in a `select!` beside a message per token.
 //!
 //! `select!` polls every branch each time its task wakes, whichever woke it. Polling the stop
-//! signal means polling a cancellation token, the recording's end and the holder's watch, each
-//! of which locks its waiter list to refresh the waker: twice per token, for a signal that
-//! fires once per session. Gated, a poll that nothing woke costs two atomic operations.
+//! signal means polling a cancellation token, the recording's end and the holder's watch (tokio
+//! `Notified`s, which take their waiter list's lock to refresh the waker): twice per token, for
+//! a signal that fires once per session. Gated, a poll that nothing woke costs a waker
+//! registration and one atomic swap.
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
