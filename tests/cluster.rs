@@ -179,9 +179,14 @@ async fn live_and_completed_recordings_are_found_from_every_instance() {
         wait_live_at(&other.server, &ids, &[b"chat-live"]).await;
         wait_redirected(&other.server, b"chat-live", &cluster.addr(0)).await;
         wait_redirected(&other.server, b"chat-done", &cluster.addr(0)).await;
-        // Nobody holds it: answered here, NOT_FOUND as before.
-        let unknown = replay_redirect(&other.server, b"chat-never").await;
-        assert_eq!(unknown.unwrap_err().code(), Code::NotFound);
+        // Nobody holds it: answered here, as an empty stream naming why.
+        let unknown = replay_from(&other.server.recorder().await, b"chat-never", 0).await;
+        let unknown = common::read_all(unknown.unwrap()).await.unwrap_err();
+        assert_eq!(unknown.code(), Code::NotFound);
+        assert_eq!(
+            unknown.metadata().get("tapedeck-reason").unwrap(),
+            "unknown"
+        );
     }
     // The owner serves its own recordings, and follows the live one to its end.
     assert_eq!(replay_redirect(owner, b"chat-done").await.unwrap(), "");

@@ -412,19 +412,6 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
             totals.hung_replays += 1;
             return;
         }
-        Ok(Err(status)) if status.code() == Code::NotFound => {
-            if tracked.born.elapsed() > SURELY_KEPT {
-                totals.collected += 1;
-                return;
-            }
-            // Only a recording whose start never committed may be missing.
-            assert!(
-                tracked.acked == 0 && tracked.seen.is_empty() && !tracked.cancelled,
-                "recording lost: {tracked:?}"
-            );
-            totals.not_started += 1;
-            return;
-        }
         Ok(Err(status)) => panic!("replay of {:?} failed: {status}", tracked.id),
         Ok(Ok(stream)) => stream,
     };
@@ -435,20 +422,38 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
             text.push_str(&message.content);
         }
         let trailers = stream.trailers().await?.unwrap_or_default();
-        let status = trailers
-            .get("tapedeck-status")
-            .and_then(|v| v.to_str().ok())
-            .map(String::from);
-        Ok::<_, tonic::Status>((text, status))
+        let trailer = |name| {
+            trailers
+                .get(name)
+                .and_then(|v| v.to_str().ok())
+                .map(String::from)
+        };
+        let ended = trailer("tapedeck-status");
+        Ok::<_, tonic::Status>((text, ended, trailer("tapedeck-reason")))
     })
     .await;
-    let (text, status) = match read {
+    let (text, status, absent) = match read {
         Err(_) => {
             totals.hung_replays += 1;
             return;
         }
         Ok(result) => result.unwrap_or_else(|e| panic!("replay of {:?}: {e}", tracked.id)),
     };
+    // Nothing there: an empty stream whose trailer says why.
+    if absent.is_some() {
+        assert!(text.is_empty(), "{absent:?} with content");
+        if tracked.born.elapsed() > SURELY_KEPT {
+            totals.collected += 1;
+            return;
+        }
+        // Only a recording whose start never committed may be missing.
+        assert!(
+            tracked.acked == 0 && tracked.seen.is_empty() && !tracked.cancelled,
+            "recording lost: {tracked:?}"
+        );
+        totals.not_started += 1;
+        return;
+    }
     let id = String::from_utf8_lossy(&tracked.id);
     if status.as_deref() == Some("superseded") && tracked.born.elapsed() > SURELY_KEPT {
         // Collected while it was being replayed.

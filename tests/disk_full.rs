@@ -435,8 +435,11 @@ async fn a_full_disk_recovers_when_the_sweeper_collects_expired_recordings() {
     tokio::time::timeout(WAIT, async {
         loop {
             ticks.tick().await;
-            let gone = replay_from(&client, &full.kept[0].0, 0).await.err();
-            if gone.is_some_and(|s| s.code() == Code::NotFound) {
+            let replay = replay_from(&client, &full.kept[0].0, 0).await.unwrap();
+            if read_all(replay)
+                .await
+                .is_err_and(|s| s.code() == Code::NotFound)
+            {
                 return;
             }
         }

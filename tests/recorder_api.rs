@@ -336,15 +336,64 @@ async fn a_changed_id_mid_stream_is_invalid_argument_and_keeps_what_was_recorded
     server.stop().await;
 }
 
+/// The end of a replay read raw: the content messages it carried, its status, and its
+/// `tapedeck-reason` trailer.
+async fn raw_end<T>(
+    opened: Result<tonic::Response<tonic::Streaming<T>>, tonic::Status>,
+) -> (usize, Code, Option<String>) {
+    let mut stream = opened.expect("the replay opened").into_inner();
+    let mut messages = 0;
+    let end = loop {
+        match stream.message().await {
+            Ok(Some(_)) => messages += 1,
+            Ok(None) => break Code::Ok,
+            Err(status) => break status.code(),
+        }
+    };
+    let trailers = stream.trailers().await.ok().flatten().unwrap_or_default();
+    let reason = trailers
+        .get(tapedeck::grpc::REASON_METADATA)
+        .and_then(|v| v.to_str().ok())
+        .map(String::from);
+    (messages, end, reason)
+}
+
+/// Memory Service's reference server answers a replay of a recording it does not hold with an
+/// empty stream and OK (`ResponseRecorderServer.Replay`); its TypeScript helper throws on
+/// anything else. tapedeck answers the same on both APIs, naming why in a trailer.
 #[tokio::test]
-async fn replay_of_an_unknown_conversation_is_not_found() {
+async fn replay_of_a_recording_that_is_not_there_is_an_empty_ok_stream_naming_why() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_in(dir.path()).await;
-    let client = server.recorder().await;
-    let err = replay_from(&client, b"never-recorded", 0)
+    let current = server.recorder().await;
+    let legacy = server.resumer().await;
+    record_all(&current, b"doomed", &["bye"]).await;
+    let mut recordings = recordings_client(server.addr).await;
+    let deleted = recordings
+        .delete(tapedeck::pb::tapedeck::DeleteRecordingRequest {
+            conversation_id: b"doomed".to_vec(),
+        })
         .await
-        .unwrap_err();
-    assert_eq!(err.code(), Code::NotFound);
+        .unwrap();
+    assert!(deleted.into_inner().existed);
+    for (id, reason) in [(&b"never-recorded"[..], "unknown"), (b"doomed", "deleted")] {
+        // Any offset: there is nothing to be out of range of.
+        for offset in [0, 5] {
+            let request = tapedeck::pb::ReplayRequest {
+                conversation_id: id.to_vec(),
+                resume_offset: offset,
+                ..Default::default()
+            };
+            let ended = raw_end(current.clone().replay(request).await).await;
+            assert_eq!(ended, (0, Code::Ok, Some(reason.into())), "Replay {offset}");
+            let request = tapedeck::pb::ReplayResponseTokensRequest {
+                conversation_id: id.to_vec(),
+                resume_position: offset,
+            };
+            let ended = raw_end(legacy.clone().replay_response_tokens(request).await).await;
+            assert_eq!(ended, (0, Code::Ok, Some(reason.into())), "legacy {offset}");
+        }
+    }
     server.stop().await;
 }
 
@@ -668,17 +717,17 @@ async fn replays_opened_while_recordings_start_always_end() {
         let id = format!("race-{round}");
         let recording = Recording::open(&client, id.as_bytes()).await;
         recording.send("raced").await;
-        let replay = replay_from(&client, id.as_bytes(), 0).await;
+        let replay = replay_from(&client, id.as_bytes(), 0).await.unwrap();
         assert_eq!(
             recording.complete().await.unwrap().status,
             RecordStatus::Success as i32
         );
-        match replay {
-            Ok(stream) => {
-                let replayed = read_all(stream).await.unwrap();
+        match read_all(replay).await {
+            Ok(replayed) => {
                 assert_eq!(replayed.text, "raced");
                 assert_eq!(replayed.status.as_deref(), Some("completed"));
             }
+            // Found nothing: an empty stream naming why.
             Err(err) => assert_eq!(err.code(), Code::NotFound),
         }
     }

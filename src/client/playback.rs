@@ -108,13 +108,27 @@ impl Playback {
         self.ended_as.as_deref()
     }
 
+    /// Reads how the recording ended. A recording that is not there replays as an empty
+    /// stream whose trailer names why (Memory Service's answer); this client keeps it the
+    /// explicit `NOT_FOUND` it was, with the same `tapedeck-reason`.
     async fn read_trailers(&mut self) -> Result<(), Status> {
-        if let Some(trailers) = self.stream.trailers().await? {
-            self.ended_as = trailers
-                .get(crate::grpc::STATUS_TRAILER)
-                .and_then(|v| v.to_str().ok())
-                .map(str::to_string);
+        let Some(trailers) = self.stream.trailers().await? else {
+            return Ok(());
+        };
+        let text = |name| trailers.get(name).and_then(|v| v.to_str().ok());
+        if let Some(reason) = text(crate::grpc::REASON_METADATA) {
+            let message = format!("{reason}: no recording of this conversation");
+            let mut metadata = tonic::metadata::MetadataMap::new();
+            if let Ok(value) = reason.parse() {
+                metadata.insert(crate::grpc::REASON_METADATA, value);
+            }
+            return Err(Status::with_metadata(
+                tonic::Code::NotFound,
+                message,
+                metadata,
+            ));
         }
+        self.ended_as = text(crate::grpc::STATUS_TRAILER).map(str::to_string);
         Ok(())
     }
 }

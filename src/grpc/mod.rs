@@ -193,6 +193,30 @@ async fn stream_replay<T: Send + 'static>(
     Ok(Box::pin(stream))
 }
 
+/// Memory Service's answer to a replay of a recording that is not there (never made here,
+/// collected, or deleted): an empty stream that ends with OK, as its reference server answers
+/// (`ResponseRecorderServer.Replay`), so its clients' resume endpoints do not fail. The reason
+/// travels in the `tapedeck-reason` trailer, for a client that cares to tell.
+///
+/// Applied after a node of a cluster has caught up with its leader, which it does on the
+/// NOT_FOUND this turns into a stream.
+fn empty_if_absent<T: Send + 'static>(
+    opened: Result<ReplayStream<T>, Status>,
+) -> Result<ReplayStream<T>, Status> {
+    match opened {
+        Err(status) if status.code() == Code::NotFound => {
+            let Some(reason) = status.metadata().get(REASON_METADATA).cloned() else {
+                return Err(status);
+            };
+            let mut trailers = MetadataMap::new();
+            trailers.insert(REASON_METADATA, reason);
+            let end = Status::with_metadata(Code::Ok, "", trailers);
+            Ok(Box::pin(futures::stream::iter([Err(end)])))
+        }
+        opened => opened,
+    }
+}
+
 /// The UNAVAILABLE status that ends a replay at shutdown, with the offset to replay from.
 fn shutdown_status(replay: &Replay) -> Status {
     let mut trailers = MetadataMap::new();

@@ -115,8 +115,8 @@ impl ResponseRecorderService for RecorderService {
                 }
             })
         })
-        .await?;
-        Ok(Response::new(stream))
+        .await;
+        Ok(Response::new(super::empty_if_absent(stream)?))
     }
 
     async fn cancel(

@@ -132,8 +132,8 @@ impl ResponseResumerService for ResumerService {
                 }
             })
         })
-        .await?;
-        Ok(Response::new(stream))
+        .await;
+        Ok(Response::new(super::empty_if_absent(stream)?))
     }
 
     async fn cancel_response(

@@ -255,6 +255,20 @@ pub(crate) async fn read_all(mut stream: Streaming<ReplayResponse>) -> Result<Re
             replayed.offsets.push(message.offset);
         }
         if let Some(trailers) = stream.trailers().await? {
+            // Memory Service's answer for a recording that is not there: an empty OK stream
+            // with its reason in a trailer. Read as the NOT_FOUND it names, as the Rust
+            // client reads it.
+            if let Some(reason) = trailers.get(tapedeck::grpc::REASON_METADATA) {
+                assert!(replayed.text.is_empty(), "content before {reason:?}");
+                let mut metadata = tonic::metadata::MetadataMap::new();
+                metadata.insert(tapedeck::grpc::REASON_METADATA, reason.clone());
+                let message = format!("{}: no recording", reason.to_str().unwrap_or("?"));
+                return Err(Status::with_metadata(
+                    tonic::Code::NotFound,
+                    message,
+                    metadata,
+                ));
+            }
             replayed.status = trailers
                 .get("tapedeck-status")
                 .and_then(|v| v.to_str().ok())
@@ -277,23 +291,24 @@ pub(crate) async fn replay_text(client: &RecorderClient, id: &[u8]) -> Result<Re
 }
 
 /// Opens a replay of `id` from `offset` as soon as its recording has started. Record answers
-/// only at the end, so a test learns of the start by retrying `NOT_FOUND`, until [`WAIT`]
-/// runs out (then the last `NOT_FOUND` is returned); any other error is returned at once.
+/// only at the end, and a replay of a recording that is not there yet is an empty OK stream,
+/// so a test learns of the start from `CheckRecordings`, until [`WAIT`] runs out (then the
+/// replay is opened anyway, and reads as [`read_all`] says).
 pub(crate) async fn replay_when_live(
     client: &RecorderClient,
     id: &[u8],
     offset: i64,
 ) -> Result<Streaming<ReplayResponse>, Status> {
     let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        match replay_from(client, id, offset).await {
-            Err(err)
-                if err.code() == tonic::Code::NotFound
-                    && tokio::time::Instant::now() < deadline =>
-            {
-                tokio::task::yield_now().await
-            }
-            result => return result,
+    while tokio::time::Instant::now() < deadline {
+        let request = tapedeck::pb::CheckRecordingsRequest {
+            conversation_ids: vec![id.to_vec()],
+        };
+        let live = client.clone().check_recordings(request).await?;
+        if !live.into_inner().conversation_ids.is_empty() {
+            break;
         }
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
+    replay_from(client, id, offset).await
 }
