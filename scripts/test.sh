@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # The README's test command. Installs what the tests need that a fresh machine lacks, then runs
 # `cargo test` (extra arguments go to it):
-#   - Debian's redis-server, for the locator's tests (tests/cluster.rs);
+#   - Debian's redis-server, for the locator's tests (tests/instances/instances.rs);
 #   - Debian's chromium, and playwright-core to drive it (tests/browser, `npm ci`);
-#   - the foreign clients of the HTTP face: @durable-streams/client and playwright-core
-#     (tests/foreign, `npm ci`), and the AI SDK and TanStack AI transports
+#   - the foreign clients: @durable-streams/client and playwright-core for the HTTP face, and
+#     @grpc/grpc-js with @grpc/proto-loader for the gRPC one (tests/foreign, `npm ci`), and the
+#     AI SDK and TanStack AI transports
 #     (tests/ai_transports, `npm ci`);
 #   - a Python venv in target/python-client with what Memory Service's Python client imports
 #     (tests/python/requirements.txt), what the examples need (examples/python/), and

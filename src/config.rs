@@ -6,6 +6,7 @@ use std::time::Duration;
 use crate::access::AccessConfig;
 pub use crate::locator::LocatorConfig;
 pub use crate::recorder::OnConflict;
+pub use crate::tls::TlsFiles;
 
 /// Settings of a tapedeck server. `Config::default()` is what `tapedeck serve` runs with.
 #[derive(Debug, Clone)]
@@ -67,18 +68,6 @@ pub struct Config {
     pub local_retention: Option<Duration>,
     /// Run as one node of a replicated cluster. Default off (a single node).
     pub cluster: Option<crate::cluster::ClusterConfig>,
-}
-
-/// PEM files of the server's TLS identity, and optionally of the CA its clients' certificates
-/// must chain to (mutual TLS).
-#[derive(Debug, Clone)]
-pub struct TlsFiles {
-    /// Certificate chain.
-    pub cert: PathBuf,
-    /// Private key.
-    pub key: PathBuf,
-    /// CA of client certificates; when set, clients must present one.
-    pub client_ca: Option<PathBuf>,
 }
 
 impl Config {

@@ -129,7 +129,7 @@ pub enum Error {
         /// The id as the caller sent it.
         id: String,
         /// How it ended.
-        status: crate::recorder::Status,
+        status: crate::status::Status,
         /// Its length, in bytes.
         bytes: u64,
     },

@@ -27,6 +27,7 @@
 //!   streams, map the outcome to a response.
 //! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
 //! - [`metrics`]: metric names and their descriptions.
+//! - [`tls`]: TLS settings from PEM files, for the gRPC port and the cluster port.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
 //!
 //! A token flows one way: a face hands it to the recorder's producer session, which queues it
@@ -50,6 +51,7 @@ pub mod server;
 pub mod status;
 pub mod store;
 pub mod tier;
+pub mod tls;
 
 /// Code generated from `proto/` by `build.rs`; its docs are the proto file's comments.
 #[allow(missing_docs, unreachable_pub)]

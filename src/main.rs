@@ -4,6 +4,7 @@
 //! # Layout
 //! - `args/`: the commands and their flags, checked and turned into a `Config`.
 //! - `cli/`: the client commands, `token`, and the offline `db` tools.
+//! - `values.rs`: the values flags take (durations, sizes, addresses, grants), for both.
 //! - `observe.rs`: the log subscriber, the start-up configuration line, the metrics exporter.
 
 use std::net::SocketAddr;
@@ -20,6 +21,7 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod args;
 mod cli;
 mod observe;
+mod values;
 
 fn main() -> ExitCode {
     // Transparent huge pages keep whole 2 MiB pages resident for the allocator's partly used
@@ -28,7 +30,9 @@ fn main() -> ExitCode {
     let _ = rustix::thread::disable_transparent_huge_pages(true);
     let serve_args = match args::parse() {
         Ok(Command::Serve(args)) => args,
-        Ok(Command::Token(args)) => return cli::token::run(args),
+        Ok(Command::Token(args)) => {
+            return cli::token::run(args).unwrap_or_else(|message| args::usage_error(&message));
+        }
         Ok(Command::Client(command)) => return cli::run(command),
         Ok(Command::Db(command)) => return cli::db::run(command),
         // --help and --version print as usual; a bad command line gets one line.

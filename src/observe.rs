@@ -7,7 +7,7 @@ use tapedeck::Config;
 use tapedeck::config::OnConflict;
 
 use crate::args::serve::LogFormat;
-use crate::args::values::{Bytes, HttpListen, Period};
+use crate::values::{Bytes, HttpListen, Period};
 
 /// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default `info`).
 pub(crate) fn init_tracing(format: LogFormat) {

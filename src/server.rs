@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use futures::TryStreamExt;
 use tokio::net::TcpListener;
+use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
-use tonic::transport::{Certificate, Identity, Server, ServerTlsConfig};
 
 use crate::access::Guard;
-use crate::config::{Config, TlsFiles};
+use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::locator::Locator;
@@ -189,8 +189,8 @@ pub async fn run(
         .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES);
     if let Some(files) = &config.tls {
         server = server
-            .tls_config(tls_config(files)?)
-            .map_err(|err| tls_error(&err))?;
+            .tls_config(crate::tls::server_config(files)?)
+            .map_err(|err| crate::tls::error(&err))?;
     }
 
     // Shutdown order: health says NOT_SERVING, every producer is told to go (its recording
@@ -368,27 +368,4 @@ async fn start_cluster(
         lifecycle.stop.clone(),
     )
     .await
-}
-
-/// The TLS settings `files` name, read now.
-///
-/// Fails with `Tls` when a file cannot be read.
-pub(crate) fn tls_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
-    let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|err| Error::Tls {
-            reason: format!("cannot read {}: {err}", path.display()),
-        })
-    };
-    let identity = Identity::from_pem(read(&files.cert)?, read(&files.key)?);
-    let mut tls = ServerTlsConfig::new().identity(identity);
-    if let Some(ca) = &files.client_ca {
-        tls = tls.client_ca_root(Certificate::from_pem(read(ca)?));
-    }
-    Ok(tls)
-}
-
-pub(crate) fn tls_error(err: &dyn std::error::Error) -> Error {
-    Error::Tls {
-        reason: err.to_string(),
-    }
 }

@@ -7,7 +7,6 @@
 //! - [`values`]: the values flags take (durations, sizes, addresses), parsed and shown.
 pub(crate) mod serve;
 pub(crate) mod settings;
-pub(crate) mod values;
 
 use std::ffi::OsString;
 

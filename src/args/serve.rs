@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use clap::ValueEnum;
 use tapedeck::Config;
 
-use super::values::{
+use crate::values::{
     Bytes, HttpListen, Period, parse_advertised, parse_chunk_size, parse_commit_interval,
     parse_duration, parse_http_listen, parse_listen, parse_positive_duration, parse_positive_size,
 };

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use tapedeck::access::{Claims, Role, Secret};
 
-use crate::args::values::{Period, parse_grant, parse_positive_duration};
+use crate::values::{Period, parse_grant, parse_positive_duration};
 
 /// The flags of `tapedeck token`.
 #[derive(clap::Args)]
@@ -32,13 +32,15 @@ pub(crate) struct TokenArgs {
 }
 
 /// Prints the grant `args` describe on stdout.
-pub(crate) fn run(args: TokenArgs) -> ExitCode {
+///
+/// Fails with the usage error to print when the secret is unfit.
+pub(crate) fn run(args: TokenArgs) -> Result<ExitCode, String> {
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_secs());
     let secret = Secret::new(args.jwt_secret);
     if let Err(err) = secret.check_jwt_secret() {
-        return crate::args::usage_error(&err.to_string());
+        return Err(err.to_string());
     }
     let claims = Claims {
         sub: args.subject,
@@ -51,11 +53,11 @@ pub(crate) fn run(args: TokenArgs) -> ExitCode {
     match tapedeck::access::mint(&secret, &claims) {
         Ok(token) => {
             println!("{token}");
-            ExitCode::SUCCESS
+            Ok(ExitCode::SUCCESS)
         }
         Err(err) => {
             eprintln!("tapedeck: error: {err}");
-            ExitCode::FAILURE
+            Ok(ExitCode::FAILURE)
         }
     }
 }

@@ -208,7 +208,7 @@ pub(crate) async fn serve(
     if let Some(tls) = tls {
         server = server
             .tls_config(tls)
-            .map_err(|err| crate::server::tls_error(&err))?;
+            .map_err(|err| crate::tls::error(&err))?;
     }
     let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     server

@@ -3,14 +3,14 @@
 //! of `--tls-client-ca` signed them (or, without one, when they are its own certificate).
 use tonic::transport::{Certificate, ClientTlsConfig, Identity, ServerTlsConfig};
 
-use crate::config::TlsFiles;
 use crate::error::{Error, Result};
+use crate::tls::TlsFiles;
 
 /// The cluster port's TLS, if gRPC has TLS.
 ///
 /// Fails when the files cannot be read.
 pub(super) fn server(files: Option<&TlsFiles>) -> Result<Option<ServerTlsConfig>> {
-    files.map(crate::server::tls_config).transpose()
+    files.map(crate::tls::server_config).transpose()
 }
 
 /// The TLS this node dials the others with, if gRPC has TLS.

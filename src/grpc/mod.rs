@@ -3,12 +3,12 @@
 //! and shape messages; the behaviour lives in the recorder.
 //! [`routes`] assembles them with health and reflection.
 
-mod cluster;
 mod cluster_status;
 mod coalesce;
 mod deadline;
 pub(crate) mod everywhere;
 mod gated;
+mod instances;
 mod recorder;
 mod recordings;
 mod resumer;
@@ -239,4 +239,27 @@ fn end_status(replay: &Replay) -> Status {
     }
     trailers.insert(OFFSET_TRAILER, replay.offset().into());
     Status::with_metadata(Code::Ok, "", trailers)
+}
+
+/// Runs `read`; on a node of `cluster` that does not lead, a `NOT_FOUND` may be a recording the
+/// leader committed that this node has not applied yet (its client made it through another
+/// node a moment ago): the node catches up with the leader and runs `read` once more.
+async fn read_caught_up<T, F, Fut>(
+    cluster: Option<&crate::cluster::Cluster>,
+    read: F,
+) -> Result<T, tonic::Status>
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = Result<T, tonic::Status>>,
+{
+    match read().await {
+        Err(status) if status.code() == tonic::Code::NotFound => match cluster {
+            Some(cluster) if !cluster.leads() => {
+                cluster.catch_up().await;
+                read().await
+            }
+            _ => Err(status),
+        },
+        read => read,
+    }
 }

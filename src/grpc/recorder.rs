@@ -1,7 +1,7 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
 use tonic::{Request, Response, Status, Streaming};
 
-use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::instances::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
 use super::session::Session;
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
@@ -86,7 +86,7 @@ impl ResponseRecorderService for RecorderService {
         let offset = parse_offset(request.resume_offset)?;
         principal.authorize(Operation::Replay, &id)?;
         if let Route::There(owner) =
-            cluster::route(self.locator.as_ref(), &self.recorder, &id).await
+            instances::route(self.locator.as_ref(), &self.recorder, &id).await
         {
             // Memory Service's redirect: one message naming the owner, then the end.
             let redirect = ReplayResponse {
@@ -102,7 +102,7 @@ impl ResponseRecorderService for RecorderService {
             chunked: request.chunked,
         };
         let stop = &self.lifecycle.stop;
-        let stream = cluster::read_caught_up(self.cluster.as_ref(), || {
+        let stream = super::read_caught_up(self.cluster.as_ref(), || {
             stream_replay(&self.recorder, replay, stop, |piece| {
                 let chunk = piece.chunk.unwrap_or_default();
                 let end_offset = piece.end_offset;

@@ -3,8 +3,8 @@
 //! every instance's (see `everywhere`).
 use tonic::{Request, Response, Status};
 
-use super::cluster::{Forwarded, forward_delete, forward_get};
 use super::everywhere::{self, Everywhere};
+use super::instances::{Forwarded, forward_delete, forward_get};
 use super::{parse_id, principal};
 use crate::access::{Guard, Operation};
 use crate::error::{Absence, Error};

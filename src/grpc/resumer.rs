@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::cluster::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::instances::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
 use super::session::Session;
 use super::{
     Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
@@ -124,7 +124,7 @@ impl ResponseResumerService for ResumerService {
             chunked: false,
         };
         let stop = &self.lifecycle.stop;
-        let stream = cluster::read_caught_up(self.cluster.as_ref(), || {
+        let stream = super::read_caught_up(self.cluster.as_ref(), || {
             stream_replay(&self.recorder, replay, stop, |piece| {
                 ReplayResponseTokensResponse {
                     offset: piece.end_offset as i64,
@@ -182,7 +182,7 @@ async fn redirect_if_elsewhere(
     recorder: &Recorder,
     id: &crate::id::ConversationId,
 ) -> Result<(), Status> {
-    match cluster::route(locator, recorder, id).await {
+    match instances::route(locator, recorder, id).await {
         Route::Here => Ok(()),
         Route::There(owner) => Err(Error::Redirect {
             id: id.to_string(),

@@ -1,5 +1,5 @@
 // Drives the Durable Streams project's AI transports against tapedeck, wired as their READMEs
-// wire them, for tests/ai_transports.rs. The app's own routes (the POST that starts a
+// wire them, for tests/clients/ai_transports.rs. The app's own routes (the POST that starts a
 // generation, the reconnect route) are a fetch handler in this process; everything that
 // touches a stream goes to tapedeck over HTTP.
 //

@@ -1,4 +1,4 @@
-// Drives headless Chromium through tapedeck's console for tests/console.rs. Usage:
+// Drives headless Chromium through tapedeck's console for tests/http_api/console.rs. Usage:
 //   node console.mjs operate BASE SHOTS_DIR
 //     prints "ready" once the list shows the recordings made before; then waits for
 //     `live-2` to appear live, opens it, prints "opened" once its first token shows, waits

@@ -1,4 +1,4 @@
-// Drives headless Chromium for tests/browser.rs: serves a page that resumes stream STREAM_URL
+// Drives headless Chromium for tests/clients/browser.rs: serves a page that resumes stream STREAM_URL
 // from SAVED_OFFSET with the browser's own EventSource (the three lines docs/http.md shows),
 // prints "connected" once the page has its first control event, then prints what the page
 // received, as JSON, once the stream has closed.

@@ -43,9 +43,9 @@ impl BinaryServer {
         (server, lines)
     }
 
-    /// Starts `tapedeck serve` on `data_dir` as one instance of a cluster located through the
+    /// Starts `tapedeck serve` on `data_dir` as one of several instances located through the
     /// Redis at `redis_url`, advertising the address it listens on; keeps its log.
-    pub(crate) fn spawn_in_cluster(
+    pub(crate) fn spawn_located(
         data_dir: &Path,
         redis_url: &str,
         extra_args: &[&str],

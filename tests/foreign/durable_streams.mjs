@@ -1,4 +1,4 @@
-// Drives tapedeck's HTTP face with clients written by others, for tests/foreign_durable_streams.rs:
+// Drives tapedeck's HTTP face with clients written by others, for tests/clients/foreign_durable_streams.rs:
 // the Durable Streams project's own TypeScript client (@durable-streams/client) writes
 // realistic LLM output and reads it back live over SSE, live by long-poll and as catch-up, and
 // the browser's own EventSource (headless Chromium, Debian's `chromium`) reads it live and as

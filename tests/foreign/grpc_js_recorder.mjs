@@ -1,5 +1,5 @@
 // Drives tapedeck's gRPC recorder (memory.v1.ResponseRecorderService) with @grpc/grpc-js and
-// @grpc/proto-loader, for tests/foreign_grpc_js.rs, making the calls the way Memory Service's
+// @grpc/proto-loader, for tests/clients/foreign_grpc_js.rs, making the calls the way Memory Service's
 // TypeScript helpers (`typescript/vercelai/src/index.ts` in chirino/memory-service) make them:
 //
 // - the proto loaded with keepCase, longs and enums as String, defaults and oneofs on;

@@ -1,4 +1,4 @@
-"""A producer on Python's grpcio (sync) for tests/replication_torture.rs: records one response
+"""A producer on Python's grpcio (sync) for tests/cluster/replication_torture.rs: records one response
 after another through the Record API, each to the next of the cluster's nodes, until a stop
 file appears; a call that fails moves it to the next node. Prints one JSON line per recording:
 its id, what it sent, and whether the server acknowledged it (Record answered SUCCESS).

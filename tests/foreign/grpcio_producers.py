@@ -1,5 +1,5 @@
 """Producers on Python's grpcio, sync and asyncio, driven the way their users drive them, for
-tests/foreign_grpcio.rs. On both APIs (Record and the legacy StreamResponseTokens) a producer
+tests/clients/foreign_grpcio.rs. On both APIs (Record and the legacy StreamResponseTokens) a producer
 sends two tokens and then its call ends without complete=true: cancelled, its channel closed,
 or its deadline passed. Each such recording must not be completed: it waits, detached, for its
 producer to resume, and a resume then completes it. Then many calls share

@@ -1,5 +1,5 @@
 """Memory Service's own Python client (vendored unchanged in tests/python/) on its cancel path,
-for tests/foreign_grpcio.rs: one app instance streams an endless response through the
+for tests/clients/foreign_grpcio.rs: one app instance streams an endless response through the
 client's recording manager; a user presses "stop" in another tab, served by a second app
 instance, whose manager cancels the conversation. The producing instance must be told, stop
 its source, and end its stream; the recording must end cancelled (the Rust test checks that).

@@ -1,7 +1,7 @@
 """Many producers on ONE grpcio channel (sync API, a thread per call), one short token per
 message: the way an agent server shares one channel across all the recordings it makes.
 
-Driven by tests/foreign_shared_channel.rs. Every call sends its first message (the id) at once,
+Driven by tests/clients/foreign_shared_channel.rs. Every call sends its first message (the id) at once,
 then waits for a line "go" on stdin (the harness stops the server meanwhile, so the tokens pile
 up on the connection), then sends its tokens, one per message, and `complete=true`. Prints
 "sent" once every call has handed all its messages to the connection (the harness then lets

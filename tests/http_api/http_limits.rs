@@ -1,0 +1,346 @@
+//! The HTTP face holds to the same rules as gRPC and bounds what a client can hold, on real
+//! sockets: `Stream-TTL` / `Stream-Expires-At` within `--max-retention`, writes refused once
+//! shutdown has begun, a CORS preflight that allows `Authorization`, requests whose head or
+//! body never comes cut after `--http-request-timeout`, and connections past
+//! `--http-max-connections` refused while the earlier ones keep working.
+use crate::common;
+
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::*;
+use reqwest::StatusCode;
+use tapedeck::access::{AccessConfig, Guard};
+use tapedeck::http::{Bounds, HttpFace};
+use tapedeck::recorder::{Limits, LivePolicy, Recorder};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+fn http() -> reqwest::Client {
+    reqwest::Client::new()
+}
+
+/// PUTs stream `path` with `headers`; returns the status and the body.
+async fn create(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> (StatusCode, String) {
+    let mut request = http()
+        .put(server.stream_url(path))
+        .header("content-type", "text/plain");
+    for (name, value) in headers {
+        request = request.header(*name, *value);
+    }
+    let response = request.send().await.unwrap();
+    (response.status(), response.text().await.unwrap())
+}
+
+#[tokio::test]
+async fn stream_ttl_and_expires_at_beyond_max_retention_are_refused_naming_the_limit() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    config.max_retention = Duration::from_secs(3600);
+    let server = TestServer::start_with_http(config).await;
+
+    for ttl in ["18446744073709551615", "99999999999999999999999999", "3601"] {
+        let (status, body) = create(&server, "ttl", &[("stream-ttl", ttl)]).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "Stream-TTL {ttl}: {body}");
+        assert!(
+            body.contains("--max-retention") && body.contains("3600"),
+            "{body}"
+        );
+    }
+    let far =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(7200))
+            .to_string();
+    for at in [far.as_str(), "9999-12-31T23:59:59Z"] {
+        let (status, body) = create(&server, "expiry", &[("stream-expires-at", at)]).await;
+        assert_eq!(
+            status,
+            StatusCode::BAD_REQUEST,
+            "Stream-Expires-At {at}: {body}"
+        );
+        assert!(body.contains("--max-retention"), "{body}");
+    }
+
+    // Within the limit: created, and the TTL is what the stream reports.
+    let (status, body) = create(&server, "ttl", &[("stream-ttl", "3600")]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    let head = http().head(server.stream_url("ttl")).send().await.unwrap();
+    assert_eq!(head.headers()["stream-ttl"], "3600");
+    let near =
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() + Duration::from_secs(1800))
+            .to_string();
+    let (status, body) = create(&server, "expiry", &[("stream-expires-at", &near)]).await;
+    assert_eq!(status, StatusCode::CREATED, "{body}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn writes_are_refused_with_503_once_shutdown_begins() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(dir.path());
+    let store = tapedeck::server::open_store(&config).unwrap();
+    let limits = Limits {
+        max_chunk_bytes: config.max_chunk_bytes,
+        max_recording_bytes: config.max_recording_bytes,
+        max_retention: config.max_retention,
+    };
+    let recorder = Recorder::new(store.clone(), limits, LivePolicy::default());
+    let guard = Guard::new(&AccessConfig::default()).unwrap();
+    let prefix = tapedeck::http::StreamPrefix::default();
+    let face = HttpFace::new(
+        recorder.clone(),
+        guard,
+        Bounds::default(),
+        prefix,
+        None,
+        None,
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let url = |path: &str| format!("http://{addr}/v1/stream/{path}");
+    let (open, source) = (url("open"), url("source"));
+    // The face keeps serving: only the recorder is shut down, as `server::run` does first.
+    let serving = tokio::spawn(tapedeck::http::serve(
+        listener,
+        face,
+        Duration::from_secs(60),
+        std::future::pending(),
+    ));
+    for stream in [&open, &source] {
+        let created = http()
+            .put(stream)
+            .header("content-type", "text/plain")
+            .body("before ")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+    }
+
+    tokio::time::timeout(WAIT, recorder.shutdown())
+        .await
+        .unwrap();
+    let text = |request: reqwest::RequestBuilder| request.header("content-type", "text/plain");
+    let attempts = [
+        ("create", text(http().put(url("new"))).body("x")),
+        ("append", text(http().post(&open)).body("after")),
+        ("close", http().post(&open).header("stream-closed", "true")),
+        ("delete", http().delete(&open)),
+        (
+            "fork",
+            http()
+                .put(url("fork"))
+                .header("stream-forked-from", "source"),
+        ),
+    ];
+    for (what, request) in attempts {
+        let response = request.send().await.unwrap();
+        assert_eq!(response.status(), StatusCode::SERVICE_UNAVAILABLE, "{what}");
+        assert!(response.headers().contains_key("retry-after"), "{what}");
+        let body = response.text().await.unwrap();
+        assert!(body.contains("shutting down"), "{what}: {body}");
+    }
+    serving.abort();
+    store.close().await;
+
+    // Nothing was written: the next run finds the open stream as it was, and nothing else.
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let read = http().get(server.stream_url("open")).send().await.unwrap();
+    assert!(!read.headers().contains_key("stream-closed"));
+    assert_eq!(read.text().await.unwrap(), "before ");
+    for gone in ["new", "fork"] {
+        let head = http().head(server.stream_url(gone)).send().await.unwrap();
+        assert_eq!(head.status(), StatusCode::NOT_FOUND, "{gone}");
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_cors_preflight_allows_authorization_and_every_protocol_header() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let asked = "authorization, content-type, producer-id, producer-epoch, producer-seq, \
+                 stream-closed, stream-ttl, stream-forked-from, x-api-key";
+    let preflight = http()
+        .request(reqwest::Method::OPTIONS, server.stream_url("chat"))
+        .header("origin", "http://app.example")
+        .header("access-control-request-method", "PUT")
+        .header("access-control-request-headers", asked)
+        .send()
+        .await
+        .unwrap();
+    assert!(preflight.status().is_success(), "{}", preflight.status());
+    let allowed = preflight.headers()["access-control-allow-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    // `*` would not cover Authorization (Fetch standard): each header is named.
+    let allowed: Vec<&str> = allowed.split(',').map(str::trim).collect();
+    for header in asked.split(',').map(str::trim) {
+        assert!(allowed.contains(&header), "{header} not in {allowed:?}");
+    }
+    server.stop().await;
+}
+
+/// A server whose HTTP face cuts requests after `timeout` and holds `max` connections.
+async fn bounded(dir: &std::path::Path, timeout: Duration, max: usize) -> TestServer {
+    let mut config = test_config(dir);
+    config.http_bounds = Bounds {
+        request_timeout: timeout,
+        max_connections: max,
+    };
+    TestServer::start_with_http(config).await
+}
+
+/// Reads what the server sends until it closes the connection (at most [`WAIT`]).
+async fn until_closed(stream: &mut TcpStream) -> String {
+    let mut got = Vec::new();
+    tokio::time::timeout(WAIT, stream.read_to_end(&mut got))
+        .await
+        .expect("the server kept the connection open")
+        .ok();
+    String::from_utf8_lossy(&got).into_owned()
+}
+
+#[tokio::test]
+async fn a_request_whose_body_never_comes_is_cut_after_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bounded(dir.path(), Duration::from_millis(500), 100).await;
+    let addr = server.http_addr.unwrap();
+    let mut stream = TcpStream::connect(addr).await.unwrap();
+    stream
+        .write_all(
+            b"PUT /v1/stream/slow HTTP/1.1\r\nhost: x\r\ncontent-type: text/plain\r\n\
+              content-length: 99999999999\r\n\r\nonly this",
+        )
+        .await
+        .unwrap();
+    let started = Instant::now();
+    let answer = until_closed(&mut stream).await;
+    assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+    assert!(answer.contains("--http-request-timeout"), "{answer}");
+    assert!(started.elapsed() >= Duration::from_millis(400));
+    let head = http().head(server.stream_url("slow")).send().await.unwrap();
+    assert_eq!(head.status(), StatusCode::NOT_FOUND);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_whose_head_never_ends_is_closed_after_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bounded(dir.path(), Duration::from_millis(500), 100).await;
+    let addr = server.http_addr.unwrap();
+    // Silent from the start; and a second request whose head stops half-way.
+    let mut silent = TcpStream::connect(addr).await.unwrap();
+    let mut half = TcpStream::connect(addr).await.unwrap();
+    half.write_all(b"GET /v1/stream/x HTTP/1.1\r\nhost: x\r\n\r\nGET /v1/stream/x HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    assert_eq!(until_closed(&mut silent).await, "");
+    let answered = until_closed(&mut half).await;
+    assert_eq!(answered.matches("HTTP/1.1 404").count(), 1, "{answered}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_http2_connection_is_closed_after_the_request_timeout() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bounded(dir.path(), Duration::from_millis(500), 100).await;
+    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
+    // HTTP/2 with prior knowledge (h2c), as a proxy or a gRPC-style client speaks it.
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let request = http::Request::get("/v1/stream/none")
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap();
+    let answer = sender.send_request(request).await.unwrap();
+    assert_eq!(answer.status(), StatusCode::NOT_FOUND);
+    drop(answer);
+    // Nothing more is asked: the server closes the connection (GOAWAY), which ends it here.
+    let closed = tokio::time::timeout(WAIT, connection).await;
+    assert!(closed.is_ok(), "the idle HTTP/2 connection was kept open");
+    server.stop().await;
+}
+
+/// Whether a GET over `stream` is answered (a whole 404 response, body included).
+async fn answers(stream: &mut TcpStream) -> bool {
+    // A refused connection may be closed before the request is written.
+    let _ = stream
+        .write_all(b"GET /v1/stream/none HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await;
+    tokio::time::timeout(WAIT, read_response(stream))
+        .await
+        .ok()
+        .flatten()
+        .is_some_and(|head| head.starts_with("http/1.1 404"))
+}
+
+/// Reads one response from `stream`; returns its head in lower case, or `None` if the stream
+/// ends first.
+async fn read_response(stream: &mut TcpStream) -> Option<String> {
+    let mut got = Vec::new();
+    let mut byte = [0u8; 1];
+    while !got.ends_with(b"\r\n\r\n") {
+        if stream.read(&mut byte).await.ok()? == 0 {
+            return None;
+        }
+        got.push(byte[0]);
+    }
+    let head = String::from_utf8_lossy(&got).to_ascii_lowercase();
+    let length: usize = head
+        .lines()
+        .find_map(|line| line.strip_prefix("content-length:"))
+        .map_or(0, |n| n.trim().parse().unwrap());
+    let mut body = vec![0u8; length];
+    stream.read_exact(&mut body).await.ok()?;
+    Some(head)
+}
+
+#[tokio::test]
+async fn connections_past_the_limit_are_refused_while_earlier_ones_keep_working() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = bounded(dir.path(), Duration::from_secs(30), 2).await;
+    let addr: SocketAddr = server.http_addr.unwrap();
+    let mut first = TcpStream::connect(addr).await.unwrap();
+    let mut second = TcpStream::connect(addr).await.unwrap();
+    assert!(answers(&mut first).await);
+    assert!(answers(&mut second).await);
+
+    // It sends its request at once, as a browser does, and must still read the 503 (closing
+    // a socket with unread bytes resets the connection, and the answer with it).
+    let mut third = TcpStream::connect(addr).await.unwrap();
+    third
+        .write_all(b"GET /v1/stream/none HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let refused = until_closed(&mut third).await;
+    assert!(refused.starts_with("HTTP/1.1 503"), "{refused}");
+    assert!(refused.contains("--http-max-connections"), "{refused}");
+    assert!(
+        answers(&mut first).await,
+        "an earlier connection stopped working"
+    );
+    assert!(
+        answers(&mut second).await,
+        "an earlier connection stopped working"
+    );
+
+    // Once one goes, its place is free again.
+    drop(first);
+    let deadline = Instant::now() + WAIT;
+    loop {
+        let mut next = TcpStream::connect(addr).await.unwrap();
+        if answers(&mut next).await {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the freed place was never given again"
+        );
+        tokio::task::yield_now().await;
+    }
+    server.stop().await;
+}
