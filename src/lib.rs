@@ -35,21 +35,18 @@
 //! publishes it back to the recorder's live recording, whose replays send it on. See
 //! `ARCHITECTURE.md` for more.
 
+pub use tapedeck_core::{clock, error, id, metrics, status};
+pub use tapedeck_store as store;
+
 pub mod access;
 pub mod client;
-pub mod clock;
 pub mod cluster;
 pub mod config;
-pub mod error;
 pub mod grpc;
 pub mod http;
-pub mod id;
 pub mod locator;
-pub mod metrics;
 pub mod recorder;
 pub mod server;
-pub mod status;
-pub mod store;
 pub mod tier;
 pub mod tls;
 
@@ -76,3 +73,6 @@ pub mod pb {
 
 pub use config::Config;
 pub use error::{Error, Result};
+
+#[cfg(test)]
+mod error_mapping_tests;

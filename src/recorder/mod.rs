@@ -34,6 +34,8 @@ mod replay;
 mod resume;
 pub mod sealer;
 mod status;
+#[cfg(test)]
+mod store_under_the_recorder;
 mod stored;
 pub mod streams;
 pub mod sweeper;

@@ -271,9 +271,13 @@ async fn a_recording_the_check_calls_live_is_found_by_a_replay_on_the_leader() {
             assert!(tokio::time::Instant::now() < deadline, "{id} never live");
             tokio::time::sleep(Duration::from_millis(1)).await;
         }
-        let replay = common::replay_from(&client, id.as_bytes(), 0).await;
-        assert!(replay.is_ok(), "{id}: {:?}", replay.err());
+        let replay = common::replay_from(&client, id.as_bytes(), 0)
+            .await
+            .unwrap();
         recording.complete().await.unwrap();
+        // Opened while live: it found the recording, not an empty stream naming its absence.
+        let replayed = common::read_all(replay).await;
+        assert!(replayed.is_ok(), "{id}: {:?}", replayed.err());
     }
 }
 

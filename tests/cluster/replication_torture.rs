@@ -112,11 +112,10 @@ async fn seen_on(
     id: &str,
 ) -> Result<Option<(String, Option<String>)>, tonic::Status> {
     let client = common::recorder_client(node).await;
-    match replay_from(&client, id.as_bytes(), 0).await {
-        Ok(stream) => {
-            let replayed = read_all(stream).await?;
-            Ok(Some((replayed.text, replayed.status)))
-        }
+    let stream = replay_from(&client, id.as_bytes(), 0).await?;
+    match read_all(stream).await {
+        Ok(replayed) => Ok(Some((replayed.text, replayed.status))),
+        // An empty stream naming why: nothing there.
         Err(status) if status.code() == tonic::Code::NotFound => Ok(None),
         Err(status) => Err(status),
     }

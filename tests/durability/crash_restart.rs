@@ -17,12 +17,7 @@ async fn a_recording_survives_sigkill_of_the_binary() {
     live.send("half of ").await;
     live.send("an answer").await;
     // A live replay that has seen the tokens proves they are committed.
-    let mut stream = loop {
-        if let Ok(stream) = replay_from(&client, b"live", 0).await {
-            break stream;
-        }
-        tokio::task::yield_now().await;
-    };
+    let mut stream = replay_when_live(&client, b"live", 0).await.unwrap();
     let mut seen = String::new();
     while seen.len() < "half of an answer".len() {
         seen.push_str(&stream.message().await.unwrap().unwrap().content);
