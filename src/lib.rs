@@ -36,40 +36,15 @@
 //! `ARCHITECTURE.md` for more.
 
 pub use tapedeck_core::{clock, error, id, metrics, status};
+pub use tapedeck_domain::{access, cluster, locator, recorder, tier, tls};
+pub use tapedeck_proto as pb;
 pub use tapedeck_store as store;
 
-pub mod access;
 pub mod client;
-pub mod cluster;
 pub mod config;
 pub mod grpc;
 pub mod http;
-pub mod locator;
-pub mod recorder;
 pub mod server;
-pub mod tier;
-pub mod tls;
-
-/// Code generated from `proto/` by `build.rs`; its docs are the proto file's comments.
-#[allow(missing_docs, unreachable_pub)]
-pub mod pb {
-    tonic::include_proto!("memory.v1");
-
-    /// tapedeck's own management API, `tapedeck.v1`.
-    #[allow(missing_docs, unreachable_pub)]
-    pub mod tapedeck {
-        tonic::include_proto!("tapedeck.v1");
-    }
-
-    /// Traffic between the nodes of a cluster, `tapedeck.cluster.v1`.
-    #[allow(missing_docs, unreachable_pub)]
-    pub mod cluster {
-        tonic::include_proto!("tapedeck.cluster.v1");
-    }
-
-    /// Encoded descriptors of the contract, served by gRPC reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] = tonic::include_file_descriptor_set!("memory_descriptor");
-}
 
 pub use config::Config;
 pub use error::{Error, Result};

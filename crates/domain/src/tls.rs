@@ -21,7 +21,7 @@ pub struct TlsFiles {
 /// The TLS settings `files` name, read now.
 ///
 /// Fails with `Tls` when a file cannot be read.
-pub(crate) fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
+pub fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     let read = |path: &std::path::Path| {
         std::fs::read(path).map_err(|err| Error::Tls {
             reason: format!("cannot read {}: {err}", path.display()),
@@ -36,7 +36,7 @@ pub(crate) fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
 }
 
 /// A TLS failure of tonic's, as tapedeck's error.
-pub(crate) fn error(err: &dyn std::error::Error) -> Error {
+pub fn error(err: &dyn std::error::Error) -> Error {
     Error::Tls {
         reason: err.to_string(),
     }

@@ -79,7 +79,7 @@ impl Cluster {
         listener: TcpListener,
         data_dir: &Path,
         recorder: &Recorder,
-        tls: Option<&crate::config::TlsFiles>,
+        tls: Option<&crate::tls::TlsFiles>,
         stop: CancellationToken,
     ) -> Result<Served> {
         let store = recorder.deck().store();
