@@ -37,17 +37,13 @@
 
 pub use tapedeck_core::{clock, error, id, metrics, status};
 pub use tapedeck_domain::{access, cluster, locator, recorder, tier, tls};
+pub use tapedeck_faces::{grpc, http};
 pub use tapedeck_proto as pb;
 pub use tapedeck_store as store;
 
 pub mod client;
 pub mod config;
-pub mod grpc;
-pub mod http;
 pub mod server;
 
 pub use config::Config;
 pub use error::{Error, Result};
-
-#[cfg(test)]
-mod error_mapping_tests;

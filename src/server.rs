@@ -14,8 +14,8 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::locator::Locator;
-use crate::recorder::sealer::{self, SealerSettings};
-use crate::recorder::{Limits, LivePolicy, Recorder, sweeper};
+use crate::recorder::sealer::SealerSettings;
+use crate::recorder::{Limits, LivePolicy, Recorder};
 use crate::store::{Store, StoreOptions};
 use crate::tier::Tier;
 
@@ -106,9 +106,7 @@ pub async fn run(
             let settings = SealerSettings {
                 local_retention: config.local_retention,
             };
-            let deck = recorder.deck().clone();
-            Some(tokio::spawn(sealer::run(
-                deck,
+            Some(tokio::spawn(recorder.sealing(
                 tier,
                 settings,
                 lifecycle.stop.clone(),
@@ -160,8 +158,7 @@ pub async fn run(
         config.database_path(),
         lifecycle.stop.clone(),
     ));
-    let sweeper = tokio::spawn(sweeper::run(
-        recorder.deck().clone(),
+    let sweeper = tokio::spawn(recorder.sweeping(
         config.gc_interval,
         config.idle_timeout,
         lifecycle.stop.clone(),
@@ -304,7 +301,7 @@ async fn follow_leadership(
 ) {
     let deposing = (recorder.clone(), streams.clone());
     let depose = move || {
-        let deposed = deposing.0.deck().depose_all();
+        let deposed = deposing.0.depose_all();
         tracing::info!(
             deposed,
             "dropped the live recordings this node held as leader"
@@ -318,10 +315,10 @@ async fn follow_leadership(
         }
     };
     let adopt = move || {
-        let deck = recorder.deck().clone();
+        let recorder = recorder.clone();
         let streams = streams.clone();
         async move {
-            match deck.adopt_left_live().await {
+            match recorder.adopt_left_live().await {
                 Ok(0) => {}
                 Ok(adopted) => tracing::info!(
                     adopted,

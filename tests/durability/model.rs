@@ -20,7 +20,7 @@ use tapedeck::error::Absence;
 use tapedeck::id::ConversationId;
 use tapedeck::recorder::{
     Found, Limits, LivePolicy, OnConflict, Producer, Recorder, Replay, StartOptions, Status,
-    Stopped, sweeper,
+    Stopped,
 };
 use tapedeck::store::{Gone, Store, StoreOptions};
 
@@ -363,7 +363,7 @@ impl Real {
     /// are interrupted in the background).
     async fn settle(&self) {
         within("adopted recordings to end", async {
-            while !self.recorder.deck().live_tapes().is_empty() {
+            while self.recorder.live_count() > 0 {
                 tokio::time::sleep(Duration::from_millis(1)).await;
             }
         })
@@ -524,7 +524,7 @@ async fn apply(real: &mut Real, model: &mut Model, op: &Op) {
             model.now_ms += ms;
             within(
                 "sweep",
-                sweeper::sweep_once(real.recorder.deck(), Duration::from_millis(IDLE_MS)),
+                real.recorder.sweep_once(Duration::from_millis(IDLE_MS)),
             )
             .await
             .unwrap();

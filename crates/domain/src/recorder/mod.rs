@@ -23,6 +23,7 @@
 
 mod changes;
 mod deck;
+mod duties;
 mod ending;
 pub mod gauges;
 mod info;
@@ -62,6 +63,9 @@ pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use status::{Progress, Status};
 pub use tape::{Holder, Tape, TapeWriter};
 pub use text::is_text;
+// Values the faces read and hand back, kept by the store: re-exported here, so that a face
+// names them as the domain's and never reaches the store.
+pub use crate::store::{Committed, Gone, PageToken, ProducerStamp, RecordingMeta, Tombstone};
 pub(crate) use text::text_stream;
 
 use crate::error::{Error, Result};
@@ -135,8 +139,8 @@ impl Recorder {
         self
     }
 
-    /// The live recordings and the store under them.
-    pub fn deck(&self) -> &Deck {
+    /// The live recordings and the store under them: the domain's own, never a face's.
+    pub(crate) fn deck(&self) -> &Deck {
         &self.deck
     }
 

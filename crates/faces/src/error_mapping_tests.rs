@@ -145,7 +145,7 @@ async fn every_variant() -> Vec<Error> {
         },
         Error::AlreadyEnded {
             id: id(),
-            status: crate::status::Status::Completed,
+            status: tapedeck_core::status::Status::Completed,
             bytes: 1,
         },
         Error::ResumeInsideCharacter { offset: 1 },

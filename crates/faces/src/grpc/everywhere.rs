@@ -12,8 +12,8 @@ use std::collections::{HashMap, HashSet};
 use crate::error::Result;
 use crate::id::ConversationId;
 use crate::locator::Locator;
+use crate::recorder::PageToken;
 use crate::recorder::{Listing, Recorder, RecordingInfo, Status, page_limit};
-use crate::store::PageToken;
 
 /// A page of the recordings of every instance.
 pub(crate) struct Everywhere {
@@ -62,7 +62,7 @@ pub(crate) async fn list(
     let (rows, next) = merge(pages, limit);
     let next_page_token = match next {
         Some(token) => Some(token.encode()),
-        None if recorder.deck().tier().is_some() => Some(Listing::object_store_start()),
+        None if recorder.has_object_store() => Some(Listing::object_store_start()),
         None => None,
     };
     Ok(Everywhere {
@@ -152,7 +152,7 @@ fn merge(
 mod tests {
     use super::*;
     use crate::recorder::Location;
-    use crate::store::RecordingMeta;
+    use crate::recorder::RecordingMeta;
 
     fn row(id: &str, created_ms: u64) -> RecordingInfo {
         RecordingInfo {

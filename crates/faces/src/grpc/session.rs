@@ -6,8 +6,8 @@ use super::gated::Gated;
 use crate::cluster::{Cluster, Forwarded};
 use crate::error::Result;
 use crate::id::ConversationId;
+use crate::recorder::Committed;
 use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
-use crate::store::Committed;
 
 /// A producer session, here or on the leader.
 pub(super) enum Session {

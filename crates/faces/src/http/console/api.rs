@@ -30,8 +30,8 @@ use crate::http::access;
 use crate::http::failure::failed;
 use crate::http::reply::Reply;
 use crate::id::ConversationId;
+use crate::recorder::Tombstone;
 use crate::recorder::{Found, Location, RecordingInfo, Status};
-use crate::store::Tombstone;
 
 /// Rows in a console page unless it asks for another number.
 const PAGE_SIZE: usize = 50;
@@ -214,8 +214,8 @@ fn tombstone_json(tombstone: &Tombstone) -> Value {
     json!({
         "id": String::from_utf8_lossy(&tombstone.original_id),
         "gone": match tombstone.gone {
-            crate::store::Gone::Expired => "expired",
-            crate::store::Gone::Deleted => "deleted",
+            crate::recorder::Gone::Expired => "expired",
+            crate::recorder::Gone::Deleted => "deleted",
         },
         "status": tombstone.status.as_str(),
         "created_ms": tombstone.created_ms,
@@ -261,7 +261,7 @@ async fn overview_of(face: &HttpFace, headers: &HeaderMap) -> Result<Reply, Repl
         }
     }
     let overview = json!({
-        "live": face.recorder.deck().live_tapes().len(),
+        "live": face.recorder.live_count(),
         "disk_full": face.recorder.disk_full(),
         "instances": instances,
         "metrics": crate::metrics::rendered(),
@@ -274,7 +274,7 @@ pub(super) async fn changes(State(face): State<Arc<HttpFace>>, headers: HeaderMa
     if let Err(refused) = principal(&face, &headers) {
         return refused.into_response();
     }
-    let count = face.recorder.deck().changes().follow();
+    let count = face.recorder.changes().follow();
     // On a node of a cluster, recordings start and end where their producers are: what this
     // node applies says so (every commit is an entry; told at most once per tick).
     let applied = face.recorder.applied_entries();
@@ -290,7 +290,7 @@ pub(super) async fn changes(State(face): State<Arc<HttpFace>>, headers: HeaderMa
                 let sent = Ok::<_, std::convert::Infallible>(event("changed"));
                 return Some((sent, (false, count, applied)));
             }
-            let live = !face.recorder.deck().live_tapes().is_empty();
+            let live = face.recorder.live_count() > 0;
             let tick = async {
                 match live {
                     true => tokio::time::sleep(TICK).await,

@@ -18,8 +18,8 @@ use super::reply::{Replied, Reply};
 use super::{HttpFace, access};
 use crate::access::Operation;
 use crate::id::ConversationId;
+use crate::recorder::Gone;
 use crate::recorder::{Found, Status};
-use crate::store::Gone;
 
 /// `POST /v1/stop/{path}`.
 pub(super) async fn stop(

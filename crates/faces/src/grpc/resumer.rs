@@ -22,8 +22,8 @@ use crate::pb::{
     CheckConversationsResponse, IsEnabledResponse, ReplayResponseTokensRequest,
     ReplayResponseTokensResponse, StreamResponseTokenRequest, StreamResponseTokenResponse,
 };
+use crate::recorder::Committed;
 use crate::recorder::{Recorder, Status as RecordingStatus, Stopped};
-use crate::store::Committed;
 
 /// How long `CancelResponse` waits for the producer's stream to end.
 const CANCEL_WAIT: Duration = Duration::from_secs(30);

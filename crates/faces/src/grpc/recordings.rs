@@ -16,7 +16,7 @@ use crate::pb::tapedeck::{
     ListRecordingsResponse, Location, Recording, RecordingStatus, Tombstone,
 };
 use crate::recorder::{Found, Location as Place, Recorder, RecordingInfo, Status as Lifecycle};
-use crate::store::{Gone, Tombstone as StoredTombstone};
+use crate::recorder::{Gone, Tombstone as StoredTombstone};
 
 /// The management API over a [`Recorder`].
 #[derive(Clone, Debug)]

@@ -4,8 +4,8 @@ use http::{HeaderMap, StatusCode};
 
 use super::offset::Offset;
 use super::reply::*;
+use crate::recorder::ProducerStamp;
 use crate::recorder::streams::MAX_PRODUCER_NUMBER;
-use crate::store::ProducerStamp;
 
 fn bad(message: String) -> Reply {
     Reply::refuse(StatusCode::BAD_REQUEST, message)

@@ -1,0 +1,20 @@
+//! tapedeck's faces: thin adapters from the wire to the domain. They decode, authorize, call
+//! the [`Recorder`](tapedeck_domain::recorder::Recorder) and map its errors; the behaviour
+//! lives in the domain, and the store is not theirs to name (this crate does not depend on it).
+//!
+//! # Layout
+//! - [`grpc`]: Memory Service's `ResponseRecorderService` and `ResponseResumerService`,
+//!   tapedeck's `tapedeck.v1.Recordings` and the cluster's status, assembled with health and
+//!   reflection by [`grpc::routes`].
+//! - [`http`]: the Durable Streams protocol, the console and the stop a browser sends.
+
+// The shared words and the domain, under the names the faces' modules use for them.
+use tapedeck_core::{Error, clock, error, id, metrics};
+use tapedeck_domain::{access, cluster, locator, recorder};
+use tapedeck_proto as pb;
+
+pub mod grpc;
+pub mod http;
+
+#[cfg(test)]
+mod error_mapping_tests;
