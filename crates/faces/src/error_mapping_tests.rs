@@ -9,8 +9,8 @@ use http::StatusCode;
 use tonic::Code;
 
 use crate::error::{Absence, Error, Kind};
-use crate::grpc::status::code;
 use crate::http::failure::{failed, status};
+use tapedeck_core::error::code;
 
 /// How many variants [`Error`] has: the number of arms of [`expected`].
 const VARIANTS: usize = 61;

@@ -4,7 +4,7 @@
 use serde::Deserialize;
 use serde_json::Value;
 
-use super::grant::Role;
+use super::role::Role;
 
 /// A required claim (`exp` or `sub`) the grant lacks.
 pub(super) fn missing(claim: &str) -> String {

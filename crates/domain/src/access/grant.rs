@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::claims;
 use super::keys::Secret;
+use super::role::Role;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;
 
@@ -16,16 +17,6 @@ use crate::id::ConversationId;
 const LEEWAY_SECONDS: u64 = 30;
 /// The claim key that stands for every conversation.
 pub const WILDCARD: &str = "*";
-
-/// How far a grant opens a conversation; a writer may read too.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Role {
-    /// May replay it and see it in a live check.
-    Reader,
-    /// May also record it and cancel it.
-    Writer,
-}
 
 /// The claims of a grant.
 #[derive(Debug, Clone, Serialize, Deserialize)]

@@ -11,14 +11,16 @@
 mod claims;
 mod grant;
 mod keys;
+mod role;
 
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use grant::GrantVerifier;
-pub use grant::{Claims, Grant, Role, WILDCARD, mint};
+pub use grant::{Claims, Grant, WILDCARD, mint};
 use keys::ApiKeys;
 pub use keys::{ApiKey, MIN_JWT_SECRET_BYTES, Secret};
+pub use role::Role;
 
 use crate::error::{Error, Result};
 use crate::id::ConversationId;

@@ -37,8 +37,8 @@ impl OnLeader {
         loop {
             match self.try_call(call, id).await {
                 Ok(done) => return Ok(done),
-                Err(status) if !super::forwarded::retriable(&status) => {
-                    return Err(super::forwarded::refused(status));
+                Err(status) if !super::relay::retriable(&status) => {
+                    return Err(super::relay::refused(status));
                 }
                 Err(_) if tokio::time::Instant::now() >= deadline => {
                     return Err(self.cluster.no_quorum());

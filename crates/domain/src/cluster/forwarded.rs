@@ -13,23 +13,18 @@ use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot, watch};
-use tonic::{Code, Status};
 
 use super::Cluster;
 use super::forwarded_session::Session;
-use crate::error::{Error, Kind, Result};
+use super::relay::{Command, OUTGOING, Outcome};
+use crate::error::{Error, Result};
 use crate::id::ConversationId;
-use crate::pb::cluster::{Ended, Open, Produced, Stop, produced};
-use crate::recorder::{Progress, Status as Lifecycle, Stopped};
+use crate::pb::cluster::{Open, Produced, Stop, produced};
+use crate::recorder::{Progress, Stopped};
 use crate::store::Committed;
 
-/// How long a session may look for a leader to go on with before it fails.
-pub(super) const FAILOVER_WAIT: Duration = Duration::from_secs(15);
-/// Messages waiting for the leader.
-pub(super) const OUTGOING: usize = 256;
-
 /// A forwarded producer session; see the module's doc.
-pub struct Forwarded {
+pub struct ForwardedProducer {
     id: ConversationId,
     commands: mpsc::Sender<Command>,
     /// How the session ended, once it has.
@@ -43,27 +38,6 @@ pub struct Forwarded {
     end_message: Option<String>,
 }
 
-/// What the handle asks of the session's task.
-pub(super) enum Command {
-    Content {
-        content: String,
-        end: u64,
-        done: oneshot::Sender<Result<u64>>,
-    },
-    /// Completes (`Complete`) or lets go (`EndedWithoutComplete`) once everything sent is
-    /// committed; answered with how the session ended.
-    Finish(produced::Kind, oneshot::Sender<Result<Outcome>>),
-    Detach(Produced),
-}
-
-/// How a session ended, as the leader told it.
-#[derive(Debug, Clone)]
-pub(super) struct Outcome {
-    pub(super) stop: Stop,
-    pub(super) progress: Progress,
-    pub(super) message: Option<String>,
-}
-
 impl Cluster {
     /// Opens producer session `id` on the leader (a resume from `resume_from`, if given).
     ///
@@ -74,7 +48,7 @@ impl Cluster {
         id: ConversationId,
         resume_from: Option<u64>,
         retention: Option<Duration>,
-    ) -> Result<Forwarded> {
+    ) -> Result<ForwardedProducer> {
         let open = Open {
             conversation_id: id.original().to_vec(),
             resume_from,
@@ -97,7 +71,7 @@ impl Cluster {
             lost: lost.clone(),
         };
         tokio::spawn(session.drive(connection, receiver, ended_tx));
-        Ok(Forwarded {
+        Ok(ForwardedProducer {
             id,
             commands,
             ended,
@@ -109,7 +83,7 @@ impl Cluster {
     }
 }
 
-impl Forwarded {
+impl ForwardedProducer {
     /// The conversation.
     pub fn id(&self) -> &ConversationId {
         &self.id
@@ -263,61 +237,5 @@ impl Forwarded {
             leader: None,
             leader_address: None,
         }
-    }
-}
-
-/// Whether a failed call to the leader may go on with the next one.
-pub(super) fn retriable(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
-    )
-}
-
-/// The leader's refusal, as this node's error.
-pub(super) fn refused(status: Status) -> Error {
-    let kind = match status.code() {
-        Code::InvalidArgument => Kind::InvalidArgument,
-        Code::OutOfRange => Kind::OutOfRange,
-        Code::NotFound => Kind::NotFound,
-        Code::AlreadyExists => Kind::AlreadyExists,
-        Code::FailedPrecondition => Kind::FailedPrecondition,
-        Code::Aborted => Kind::Aborted,
-        Code::ResourceExhausted => Kind::TooLarge,
-        Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::Unknown => {
-            Kind::Unavailable
-        }
-        Code::Unauthenticated => Kind::Unauthenticated,
-        Code::PermissionDenied => Kind::PermissionDenied,
-        _ => Kind::Internal,
-    };
-    Error::LeaderRefused {
-        kind,
-        message: status.message().to_string(),
-    }
-}
-
-/// How a session ended, from the leader's `Ended`.
-pub(super) fn outcome(end: &Ended) -> Outcome {
-    let status = [
-        Lifecycle::Recording,
-        Lifecycle::Completed,
-        Lifecycle::Cancelled,
-        Lifecycle::Interrupted,
-        Lifecycle::Failed,
-        Lifecycle::Superseded,
-        Lifecycle::Deleted,
-    ]
-    .into_iter()
-    .find(|status| status.as_str() == end.status)
-    .unwrap_or(Lifecycle::Failed);
-    Outcome {
-        stop: Stop::try_from(end.stop).unwrap_or(Stop::Ended),
-        progress: Progress {
-            chunks: end.chunks,
-            bytes: end.bytes,
-            status,
-        },
-        message: end.message.clone(),
     }
 }

@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::Cluster;
-use super::forwarded::{Command, FAILOVER_WAIT, OUTGOING, Outcome, outcome, refused, retriable};
+use super::relay::{Command, FAILOVER_WAIT, OUTGOING, Outcome, outcome, refused, retriable};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::pb::cluster::cluster_client::ClusterClient;

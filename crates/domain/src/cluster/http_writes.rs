@@ -117,11 +117,11 @@ impl Cluster {
     }
 
     fn not_answered(&self, status: Status) -> Error {
-        if super::forwarded::retriable(&status) {
+        if super::relay::retriable(&status) {
             tracing::debug!(%status, "the leader did not answer a forwarded HTTP write");
             self.no_quorum()
         } else {
-            super::forwarded::refused(status)
+            super::relay::refused(status)
         }
     }
 

@@ -11,32 +11,11 @@ use openraft::{
     AnyError, BasicNode, EntryPayload, LogId, RaftSnapshotBuilder, Snapshot, SnapshotMeta,
     StorageError, StorageIOError, StoredMembership,
 };
-use serde::{Deserialize, Serialize};
 
+use super::applied::AppliedState;
 use super::snapshots::SnapshotFiles;
 use super::types::{NodeId, TypeConfig};
 use crate::store::Store;
-
-/// What the cluster keeps of the last entry applied.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) struct AppliedState {
-    /// The last entry applied.
-    pub last: Option<LogId<NodeId>>,
-    /// The last entry whose commit was applied (see [`super::Proposal::base`]).
-    pub last_commit: Option<LogId<NodeId>>,
-    /// The membership in force.
-    pub membership: StoredMembership<NodeId, BasicNode>,
-}
-
-impl AppliedState {
-    pub(crate) fn encode(&self) -> crate::Result<Vec<u8>> {
-        crate::store::schema::encode(self, "the cluster's applied state")
-    }
-
-    pub(crate) fn decode(bytes: &[u8]) -> crate::Result<Self> {
-        crate::store::schema::decode(bytes, "the cluster's applied state")
-    }
-}
 
 /// The store as openraft's state machine.
 pub(crate) struct Machine {

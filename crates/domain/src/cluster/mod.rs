@@ -19,11 +19,12 @@
 //!   cluster formed or rejoined; `leadership`: leading, and the channel to the leader;
 //!   `proposer`: the store's commits proposed.
 //! - `rejoin`: a node that found its log empty votes again only once it has caught up.
-//! - `status`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
+//! - `overview`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
 //! - `tls`: TLS between nodes, from the gRPC TLS settings.
 //! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
 //!   tonic on `--cluster-listen`; `wire`: how they are encoded.
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
+mod applied;
 mod ending;
 mod formation;
 mod forwarded;
@@ -34,22 +35,23 @@ mod log;
 mod machine;
 mod network;
 mod node;
+mod overview;
 mod produce;
 mod proposer;
 mod rejoin;
+mod relay;
 mod service;
 mod settings;
 mod snapshots;
-mod status;
 mod tls;
 mod types;
 mod wire;
 
-pub use forwarded::Forwarded;
+pub use forwarded::ForwardedProducer;
 pub use http_writes::LocalHttp;
 pub use log::LogStore;
 pub use node::{Cluster, Served};
+pub use overview::{ClusterStatus, NodeProgress};
 pub use settings::ClusterConfig;
-pub use status::{ClusterStatus, NodeProgress};
 
 pub use types::{NodeId, Proposal, Raft, TypeConfig};

@@ -14,7 +14,6 @@ use tokio_util::sync::CancellationToken;
 use super::log::LogStore;
 use super::machine::Machine;
 use super::network::Network;
-use super::proposer::Proposer;
 use super::rejoin::Rejoin;
 use super::settings::ClusterConfig;
 use super::snapshots::SnapshotFiles;
@@ -141,10 +140,7 @@ impl Cluster {
             stop.cancelled_owned(),
         ));
         tokio::spawn(cluster.clone().join());
-        store.replicate_through(Arc::new(Proposer {
-            cluster: cluster.clone(),
-            runtime: tokio::runtime::Handle::current(),
-        }));
+        cluster.propose_commits_of(&store);
         recorder.end_on(Arc::new(super::ending::OnLeader {
             cluster: cluster.clone(),
         }));

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use openraft::error::{ClientWriteError, RaftError};
 
-use super::machine::AppliedState;
+use super::applied::AppliedState;
 use super::node::{Cluster, ELECTION_TIMEOUT_MAX_MS};
 use super::types::Proposal;
 use crate::error::{Error, Result};
@@ -15,9 +15,20 @@ use crate::store::Replication;
 const PROPOSE_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Proposes the store's commits to the cluster, from the writer's thread.
-pub(super) struct Proposer {
-    pub(super) cluster: Cluster,
-    pub(super) runtime: tokio::runtime::Handle,
+struct Proposer {
+    cluster: Cluster,
+    runtime: tokio::runtime::Handle,
+}
+
+impl Cluster {
+    /// Makes every commit of `store` a proposal to this cluster from now on. Called on a
+    /// runtime, whose handle the writer's thread then uses.
+    pub(super) fn propose_commits_of(&self, store: &crate::store::Store) {
+        store.replicate_through(std::sync::Arc::new(Proposer {
+            cluster: self.clone(),
+            runtime: tokio::runtime::Handle::current(),
+        }));
+    }
 }
 
 impl Replication for Proposer {

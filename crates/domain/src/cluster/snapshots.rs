@@ -14,7 +14,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use openraft::{BasicNode, SnapshotMeta};
 
-use super::machine::AppliedState;
+use super::applied::AppliedState;
 use super::types::NodeId;
 use crate::store::Store;
 

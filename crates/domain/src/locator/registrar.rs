@@ -84,7 +84,7 @@ struct Written {
 }
 
 /// What a conversation's entry should be.
-enum Wanted {
+enum WantedEntry {
     /// This claim.
     Claim(Claim),
     /// None: remove ours, if ours is there.
@@ -110,7 +110,7 @@ impl Registrar {
                     return false;
                 }
             };
-            let wanted: Vec<(u128, Wanted)> = page
+            let wanted: Vec<(u128, WantedEntry)> = page
                 .recordings
                 .iter()
                 .filter_map(|info| {
@@ -154,14 +154,14 @@ impl Registrar {
         self.locator.announce().await;
         let now = Instant::now();
         self.owned.retain(|_, written| written.expires > now);
-        let live: Vec<(u128, Wanted)> = self
+        let live: Vec<(u128, WantedEntry)> = self
             .owned
             .iter()
             .filter(|(_, written)| written.claim.status == Status::Recording.as_str())
             .map(|(key, written)| {
                 let mut claim = written.claim.clone();
                 claim.ttl_ms = LIVE_TTL.as_millis() as u64;
-                (*key, Wanted::Claim(claim))
+                (*key, WantedEntry::Claim(claim))
             })
             .collect();
         let keys: Vec<u128> = live.iter().map(|(key, _)| *key).collect();
@@ -175,9 +175,9 @@ impl Registrar {
     }
 
     /// The entry a recording stored as `meta` (or not stored) should have.
-    fn wanted(&self, meta: Option<&RecordingMeta>) -> Wanted {
+    fn wanted(&self, meta: Option<&RecordingMeta>) -> WantedEntry {
         let Some(meta) = meta else {
-            return Wanted::Nothing;
+            return WantedEntry::Nothing;
         };
         let ttl_ms = if meta.status == Status::Recording {
             LIVE_TTL.as_millis() as u64
@@ -185,13 +185,13 @@ impl Registrar {
             let now_ms = self.recorder.now_ms();
             match meta.expires_at_ms {
                 Some(expires) if expires > now_ms => expires - now_ms,
-                Some(_) => return Wanted::Nothing,
+                Some(_) => return WantedEntry::Nothing,
                 // Ended rows always carry their expiry; keep one retention's worth if not.
                 None => Duration::from_secs(30 * 60).as_millis() as u64,
             }
         };
         let locator = &self.locator.inner;
-        Wanted::Claim(Claim {
+        WantedEntry::Claim(Claim {
             instance: locator.instance.clone(),
             address: locator.address.clone(),
             http: locator.http_address.clone(),
@@ -204,11 +204,13 @@ impl Registrar {
 
     /// Writes `wanted` in one round trip and settles what the answers say. False if Redis
     /// failed (nothing is settled then; the caller retries).
-    async fn write(&mut self, wanted: Vec<(u128, Wanted)>) -> bool {
+    async fn write(&mut self, wanted: Vec<(u128, WantedEntry)>) -> bool {
         // Removing an entry this run never wrote has nothing to compare against.
-        let wanted: Vec<(u128, Wanted)> = wanted
+        let wanted: Vec<(u128, WantedEntry)> = wanted
             .into_iter()
-            .filter(|(key, want)| matches!(want, Wanted::Claim(_)) || self.owned.contains_key(key))
+            .filter(|(key, want)| {
+                matches!(want, WantedEntry::Claim(_)) || self.owned.contains_key(key)
+            })
             .collect();
         if wanted.is_empty() {
             return true;
@@ -219,8 +221,10 @@ impl Registrar {
         entry::add_load(&mut pipe, &locator.release);
         for (key, want) in &wanted {
             match want {
-                Wanted::Claim(claim) => entry::add_claim(&mut pipe, &locator.claim, *key, claim),
-                Wanted::Nothing => {
+                WantedEntry::Claim(claim) => {
+                    entry::add_claim(&mut pipe, &locator.claim, *key, claim)
+                }
+                WantedEntry::Nothing => {
                     let owner = &self.owned[key].claim.owner;
                     entry::add_release(&mut pipe, &locator.release, *key, owner);
                 }
@@ -231,10 +235,10 @@ impl Registrar {
         };
         for ((key, want), answer) in wanted.into_iter().zip(answers) {
             match want {
-                Wanted::Nothing => {
+                WantedEntry::Nothing => {
                     self.owned.remove(&key);
                 }
-                Wanted::Claim(claim) => {
+                WantedEntry::Claim(claim) => {
                     let items = match answer {
                         redis::Value::Array(items) => items,
                         _ => Vec::new(),

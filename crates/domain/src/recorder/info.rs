@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use super::Recorder;
 use super::deck::Deck;
-use super::status::Status;
+use super::progress::Status;
 use super::tape::Tape;
 use crate::error::{Error, Result};
 use crate::id::ConversationId;

@@ -14,8 +14,8 @@
 //!   `resume`: resuming one, or reopening an ended one; `limits`: what producers are held to.
 //! - `replay`: one reader's walk through a recording; `text`: which streams are UTF-8 text.
 //! - `ending`: cancel, supersede and delete; `live_check`: which conversations are live.
-//! - `info`: what is known about recordings (get, list); `stored`: rows and the object
-//!   store's copies, asked through the recorder; `status`: a recording's life.
+//! - `info`: what is known about recordings (get, list); `queries`: rows and the object
+//!   store's copies, asked through the recorder; `progress`: a recording's life.
 //! - `changes`: the change set the locator and the console follow; `sealer`: sealing ended
 //!   recordings into the object store; `sweeper`: idle timeouts and retention;
 //!   `gauges`: the gauges' sampler.
@@ -30,14 +30,14 @@ mod info;
 mod limits;
 mod live_check;
 mod producer;
+mod progress;
+mod queries;
 mod registry;
 mod replay;
 mod resume;
 pub mod sealer;
-mod status;
 #[cfg(test)]
 mod store_under_the_recorder;
-mod stored;
 pub mod streams;
 pub mod sweeper;
 mod tape;
@@ -58,9 +58,9 @@ pub use info::{
 pub use limits::SizeRefused;
 pub use live_check::MAX_CHECK_IDS;
 pub use producer::{Producer, Stopped, not_completed_message};
+pub use progress::{Progress, Status};
 pub use registry::{LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
-pub use status::{Progress, Status};
 pub use tape::{Holder, Tape, TapeWriter};
 pub use text::is_text;
 // Values the faces read and hand back, kept by the store: re-exported here, so that a face

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
 use super::Limits;
-use super::status::{Progress, Status};
+use super::progress::{Progress, Status};
 use super::tape::{Holder, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;

@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::changes::Changes;
-use super::status::Status;
+use super::progress::Status;
 use super::tape::{Opening, Tape};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;

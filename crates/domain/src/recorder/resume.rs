@@ -2,7 +2,7 @@
 //! live recording (fencing the producer attached to it), or makes an ended one live again, or
 //! finds out why it cannot.
 use super::deck::{Deck, fresh};
-use super::status::Status;
+use super::progress::Status;
 use super::tape::{Opening, Tape, TapeWriter};
 use crate::error::{Error, Result};
 use crate::id::ConversationId;

@@ -46,7 +46,7 @@ type LocalDrop = Reverse<(u64, u128, (u64, u64))>;
 
 /// What the sealer has to do.
 #[derive(Default)]
-struct Work {
+struct SealerQueue {
     /// Conversations whose ended recording may need sealing.
     pending: BTreeSet<u128>,
     /// Local copies to drop, soonest first.
@@ -59,7 +59,7 @@ pub async fn run(deck: Deck, tier: Tier, settings: SealerSettings, stop: Cancell
         deck,
         tier,
         settings,
-        work: Arc::new(Mutex::new(Work::default())),
+        work: Arc::new(Mutex::new(SealerQueue::default())),
         stop_after: std::env::var(STOP_ENV).ok(),
     };
     sealer.deck.ended().enable();
@@ -73,7 +73,7 @@ struct Sealer {
     deck: Deck,
     tier: Tier,
     settings: SealerSettings,
-    work: Arc<Mutex<Work>>,
+    work: Arc<Mutex<SealerQueue>>,
     stop_after: Option<String>,
 }
 
@@ -259,7 +259,7 @@ impl Sealer {
         }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Work> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, SealerQueue> {
         self.work.lock().unwrap_or_else(|e| e.into_inner())
     }
 }

@@ -5,7 +5,7 @@ use std::time::Duration;
 use tokio_util::sync::CancellationToken;
 
 use super::deck::Deck;
-use super::status::Status;
+use super::progress::Status;
 use crate::error::Result;
 use crate::metrics as metric;
 use crate::store::SweepReport;

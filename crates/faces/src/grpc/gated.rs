@@ -17,16 +17,16 @@ use futures::task::AtomicWaker;
 /// `inner`, polled only on its first poll and after one of its own wake-ups.
 pub(super) struct Gated<F> {
     inner: Pin<Box<F>>,
-    gate: Arc<Gate>,
+    gate: Arc<WakeFlag>,
 }
 
 /// Whether the inner future woke since it was last polled, and whom to tell when it does.
-struct Gate {
+struct WakeFlag {
     woken: AtomicBool,
     outer: AtomicWaker,
 }
 
-impl Wake for Gate {
+impl Wake for WakeFlag {
     fn wake(self: Arc<Self>) {
         self.wake_by_ref();
     }
@@ -42,7 +42,7 @@ impl<F: Future> Gated<F> {
     pub(super) fn new(inner: F) -> Self {
         Self {
             inner: Box::pin(inner),
-            gate: Arc::new(Gate {
+            gate: Arc::new(WakeFlag {
                 woken: AtomicBool::new(true),
                 outer: AtomicWaker::new(),
             }),

@@ -21,7 +21,7 @@ pub(super) async fn route(
 }
 
 /// What became of a call sent to the instance that holds the recording.
-pub(super) enum Forwarded<T> {
+pub(super) enum OwnerAnswer<T> {
     /// Not forwarded: the recording is here, or no other instance registered it.
     NotNeeded,
     /// The owner's answer, and the owner's address.
@@ -38,7 +38,7 @@ pub(super) async fn forward_cancel(
     recorder: &Recorder,
     id: &ConversationId,
     wait: bool,
-) -> Forwarded<bool> {
+) -> OwnerAnswer<bool> {
     forward(locator, recorder, id, |locator, owner| async move {
         locator.forward_cancel(&owner, id, wait).await
     })
@@ -51,7 +51,7 @@ pub(super) async fn forward_get(
     locator: Option<&Locator>,
     recorder: &Recorder,
     id: &ConversationId,
-) -> Forwarded<Found> {
+) -> OwnerAnswer<Found> {
     forward(locator, recorder, id, |locator, owner| async move {
         locator.forward_get(&owner, id).await
     })
@@ -64,7 +64,7 @@ pub(super) async fn forward_delete(
     locator: Option<&Locator>,
     recorder: &Recorder,
     id: &ConversationId,
-) -> Forwarded<bool> {
+) -> OwnerAnswer<bool> {
     forward(locator, recorder, id, |locator, owner| async move {
         locator.forward_delete(&owner, id).await
     })
@@ -76,21 +76,21 @@ async fn forward<'a, T, F, Fut>(
     recorder: &Recorder,
     id: &ConversationId,
     ask: F,
-) -> Forwarded<T>
+) -> OwnerAnswer<T>
 where
     F: FnOnce(&'a Locator, Owner) -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
     let Some(locator) = locator else {
-        return Forwarded::NotNeeded;
+        return OwnerAnswer::NotNeeded;
     };
     match locator.route(recorder, id.key()).await {
-        Route::Here => Forwarded::NotNeeded,
+        Route::Here => OwnerAnswer::NotNeeded,
         Route::There(owner) => {
             let address = owner.address.clone();
             match ask(locator, owner).await {
-                Some(answer) => Forwarded::Answered(answer, address),
-                None => Forwarded::Unanswered(address),
+                Some(answer) => OwnerAnswer::Answered(answer, address),
+                None => OwnerAnswer::Unanswered(address),
             }
         }
     }

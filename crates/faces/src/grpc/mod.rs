@@ -3,10 +3,10 @@
 //! and shape messages; the behaviour lives in the recorder.
 //! [`routes`] assembles them with health and reflection.
 
+pub(crate) mod all_instances;
 mod cluster_status;
 mod coalesce;
 mod deadline;
-pub(crate) mod everywhere;
 mod gated;
 mod instances;
 mod recorder;
@@ -14,7 +14,6 @@ mod recordings;
 mod resumer;
 mod routes;
 mod session;
-pub(crate) mod status;
 mod telemetry;
 
 pub use cluster_status::ClusterService;
@@ -24,7 +23,7 @@ pub use recorder::RecorderService;
 pub use recordings::RecordingsService;
 pub use resumer::ResumerService;
 pub use routes::{Health, Lifecycle, routes};
-pub use status::{REASON_METADATA, REDIRECT_METADATA};
+pub use tapedeck_core::error::{REASON_METADATA, REDIRECT_METADATA};
 pub use telemetry::TelemetryLayer;
 
 use std::pin::Pin;

@@ -1,7 +1,7 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
 use tonic::{Request, Response, Status, Streaming};
 
-use super::instances::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::instances::{self, OwnerAnswer, admit_producer, forward_cancel, live_anywhere};
 use super::session::Session;
 use super::{
     Lifecycle, ReplayStream, first_message, incoming_error, parse_id, parse_offset, principal,
@@ -128,10 +128,10 @@ impl ResponseRecorderService for RecorderService {
         principal.authorize(Operation::Cancel, &id)?;
         let locator = self.locator.as_ref();
         let accepted = match forward_cancel(locator, &self.recorder, &id, false).await {
-            Forwarded::NotNeeded => self.recorder.cancel(&id).await?,
-            Forwarded::Answered(accepted, _) => accepted,
+            OwnerAnswer::NotNeeded => self.recorder.cancel(&id).await?,
+            OwnerAnswer::Answered(accepted, _) => accepted,
             // The owner did not answer in time: the client is sent there.
-            Forwarded::Unanswered(redirect_address) => {
+            OwnerAnswer::Unanswered(redirect_address) => {
                 return Ok(Response::new(CancelRecordResponse {
                     accepted: false,
                     redirect_address,

@@ -1,10 +1,10 @@
 //! `tapedeck.v1.Recordings`, the management API: Get, List and Delete over the [`Recorder`].
 //! Get and Delete of a recording another instance holds are forwarded to it; List lists
-//! every instance's (see `everywhere`).
+//! every instance's (see `all_instances`).
 use tonic::{Request, Response, Status};
 
-use super::everywhere::{self, Everywhere};
-use super::instances::{Forwarded, forward_delete, forward_get};
+use super::all_instances::{self, AllInstancesPage};
+use super::instances::{OwnerAnswer, forward_delete, forward_get};
 use super::{parse_id, principal};
 use crate::access::{Guard, Operation};
 use crate::error::{Absence, Error};
@@ -48,9 +48,9 @@ impl Recordings for RecordingsService {
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Replay, &id)?;
         let (found, owner) = match forward_get(self.locator.as_ref(), &self.recorder, &id).await {
-            Forwarded::NotNeeded => (self.recorder.get(&id).await?, String::new()),
-            Forwarded::Answered(found, owner) => (found, owner),
-            Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
+            OwnerAnswer::NotNeeded => (self.recorder.get(&id).await?, String::new()),
+            OwnerAnswer::Answered(found, owner) => (found, owner),
+            OwnerAnswer::Unanswered(address) => return Err(unreachable(&id, address)),
         };
         match found {
             // Held elsewhere: where (a producer resumes there).
@@ -78,11 +78,11 @@ impl Recordings for RecordingsService {
         let page_size = request.page_size as usize;
         let page = match &self.locator {
             Some(locator) => {
-                everywhere::list(locator, &self.recorder, token, page_size, only).await?
+                all_instances::list(locator, &self.recorder, token, page_size, only).await?
             }
             None => {
                 let listing = self.recorder.list(token, page_size, only).await?;
-                Everywhere {
+                AllInstancesPage {
                     rows: (listing.recordings.into_iter())
                         .map(|info| (info, String::new()))
                         .collect(),
@@ -119,10 +119,10 @@ impl Recordings for RecordingsService {
         let id = parse_id(&request.into_inner().conversation_id)?;
         principal.authorize(Operation::Delete, &id)?;
         let existed = match forward_delete(self.locator.as_ref(), &self.recorder, &id).await {
-            Forwarded::NotNeeded => self.recorder.delete(&id).await?,
-            Forwarded::Answered(existed, _) => existed,
+            OwnerAnswer::NotNeeded => self.recorder.delete(&id).await?,
+            OwnerAnswer::Answered(existed, _) => existed,
             // It may or may not have been deleted: never "nothing to delete".
-            Forwarded::Unanswered(address) => return Err(unreachable(&id, address)),
+            OwnerAnswer::Unanswered(address) => return Err(unreachable(&id, address)),
         };
         Ok(Response::new(DeleteRecordingResponse { existed }))
     }

@@ -7,7 +7,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::instances::{self, Forwarded, admit_producer, forward_cancel, live_anywhere};
+use super::instances::{self, OwnerAnswer, admit_producer, forward_cancel, live_anywhere};
 use super::session::Session;
 use super::{
     Lifecycle, ReplayOf, ReplayStream, first_message, incoming_error, parse_id, parse_offset,
@@ -145,10 +145,10 @@ impl ResponseResumerService for ResumerService {
         principal.authorize(Operation::Cancel, &id)?;
         let locator = self.locator.as_ref();
         let accepted = match forward_cancel(locator, &self.recorder, &id, true).await {
-            Forwarded::NotNeeded => self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?,
-            Forwarded::Answered(accepted, _) => accepted,
+            OwnerAnswer::NotNeeded => self.recorder.cancel_and_wait(&id, CANCEL_WAIT).await?,
+            OwnerAnswer::Answered(accepted, _) => accepted,
             // The owner did not answer in time: the client is sent there.
-            Forwarded::Unanswered(address) => {
+            OwnerAnswer::Unanswered(address) => {
                 let id = id.to_string();
                 return Err(Error::Redirect { id, address }.into());
             }
@@ -213,7 +213,7 @@ async fn start_producer(
 }
 
 /// The response owed for one request: ready, or once its token is committed.
-enum Owed {
+enum OwedResponse {
     Ready(StreamResponseTokenResponse),
     /// The token's commit, and the length the recording reaches with it (for a refusal).
     Committing {
@@ -224,16 +224,16 @@ enum Owed {
 
 /// The oldest response owed, once it is ready; `None` when nothing is owed. Cancel-safe: a
 /// response leaves `owed` only when it is returned.
-async fn next_owed(owed: &mut VecDeque<Owed>) -> Option<StreamResponseTokenResponse> {
-    if let Owed::Committing { committed, reached } = owed.front_mut()? {
+async fn next_owed(owed: &mut VecDeque<OwedResponse>) -> Option<StreamResponseTokenResponse> {
+    if let OwedResponse::Committing { committed, reached } = owed.front_mut()? {
         let response = match committed.await {
             Ok(Ok(offset)) => success(offset),
             Ok(Err(err)) => refusal(&err.client_message(), *reached),
             Err(_) => refusal("the server is shutting down", *reached),
         };
-        owed[0] = Owed::Ready(response);
+        owed[0] = OwedResponse::Ready(response);
     }
-    let Some(Owed::Ready(response)) = owed.pop_front() else {
+    let Some(OwedResponse::Ready(response)) = owed.pop_front() else {
         unreachable!("the oldest response owed was made ready above");
     };
     Some(response)
@@ -333,15 +333,15 @@ async fn stream_tokens(
 /// Appends one request's token; returns the response it is owed, to be delivered in order.
 /// Responses that commit nothing report the length reached once every earlier token of this
 /// producer is committed, which is when they are delivered.
-async fn accept(producer: &mut Session, message: StreamResponseTokenRequest) -> Owed {
+async fn accept(producer: &mut Session, message: StreamResponseTokenRequest) -> OwedResponse {
     let result = producer
         .accept(&message.conversation_id, &message.token)
         .await;
     let reached = producer.appended_bytes();
     match result {
-        Ok(Some(committed)) => Owed::Committing { committed, reached },
-        Ok(None) => Owed::Ready(success(reached)),
-        Err(err) => Owed::Ready(refusal(&err.client_message(), reached)),
+        Ok(Some(committed)) => OwedResponse::Committing { committed, reached },
+        Ok(None) => OwedResponse::Ready(success(reached)),
+        Err(err) => OwedResponse::Ready(refusal(&err.client_message(), reached)),
     }
 }
 

@@ -3,7 +3,7 @@
 use std::pin::Pin;
 
 use super::gated::Gated;
-use crate::cluster::{Cluster, Forwarded};
+use crate::cluster::{Cluster, ForwardedProducer};
 use crate::error::Result;
 use crate::id::ConversationId;
 use crate::recorder::Committed;
@@ -12,7 +12,7 @@ use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
 /// A producer session, here or on the leader.
 pub(super) enum Session {
     Local(Producer),
-    Forwarded(Forwarded),
+    Forwarded(ForwardedProducer),
 }
 
 impl Session {
@@ -73,7 +73,7 @@ impl Session {
     }
 
     /// Resolves when the session is stopped by another hand. Fails when a forwarded session
-    /// was given up (see [`Forwarded::stopped`]).
+    /// was given up (see [`ForwardedProducer::stopped`]).
     pub(super) async fn stopped(&mut self) -> Result<Stopped> {
         match self {
             Session::Local(producer) => Ok(producer.stopped().await),

@@ -83,7 +83,7 @@ pub struct HttpFace {
     locator: Option<Locator>,
     passing: elsewhere::Passing,
     /// The budget for large catch-up responses.
-    read_room: read_room::ReadRoom,
+    read_room: read_room::CatchUpBudget,
 }
 
 impl HttpFace {

@@ -10,7 +10,7 @@ use super::cursor;
 use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
-use super::read_room::Room;
+use super::read_room::ResponseRoom;
 use super::reply::*;
 use super::write::stream_refused;
 use crate::id::ConversationId;
@@ -120,7 +120,7 @@ impl HttpFace {
             .await
             .map_err(failed)?;
         let room = match long_poll || from == ReadFrom::Now {
-            true => Room::small(),
+            true => ResponseRoom::small(),
             false => self.read_room.take(),
         };
         let limit = room.bytes;

@@ -26,11 +26,11 @@ const SLICE_BYTES: usize = 256 * 1024;
 
 /// The face's budget for large catch-up responses.
 #[derive(Debug)]
-pub(crate) struct ReadRoom {
+pub(crate) struct CatchUpBudget {
     budget: Arc<Semaphore>,
 }
 
-impl Default for ReadRoom {
+impl Default for CatchUpBudget {
     fn default() -> Self {
         Self {
             budget: Arc::new(Semaphore::new(BUDGET_BYTES / UNIT)),
@@ -38,32 +38,32 @@ impl Default for ReadRoom {
     }
 }
 
-/// Room taken in the budget for one response; given back when its body is sent.
-pub(crate) struct Room {
+/// ResponseRoom taken in the budget for one response; given back when its body is sent.
+pub(crate) struct ResponseRoom {
     /// Most bytes the response may carry.
     pub(crate) bytes: usize,
     permit: Option<OwnedSemaphorePermit>,
 }
 
-impl ReadRoom {
-    /// Room for one response: large if the budget has it, small (outside the budget) if not.
-    pub(crate) fn take(&self) -> Room {
+impl CatchUpBudget {
+    /// ResponseRoom for one response: large if the budget has it, small (outside the budget) if not.
+    pub(crate) fn take(&self) -> ResponseRoom {
         let units = (LARGE_READ_BYTES / UNIT) as u32;
         match self.budget.clone().try_acquire_many_owned(units) {
-            Ok(permit) => Room {
+            Ok(permit) => ResponseRoom {
                 bytes: LARGE_READ_BYTES,
                 permit: Some(permit),
             },
-            Err(_) => Room::small(),
+            Err(_) => ResponseRoom::small(),
         }
     }
 }
 
-impl Room {
+impl ResponseRoom {
     /// Small room, outside the budget: for a long-poll, which may wait seconds, and reads
     /// that carry nothing.
-    pub(crate) fn small() -> Room {
-        Room {
+    pub(crate) fn small() -> ResponseRoom {
+        ResponseRoom {
             bytes: SMALL_READ_BYTES,
             permit: None,
         }
@@ -122,8 +122,8 @@ mod tests {
 
     #[tokio::test]
     async fn large_reads_while_the_budget_has_room_then_small_ones() {
-        let room = ReadRoom::default();
-        let taken: Vec<Room> = (0..BUDGET_BYTES / LARGE_READ_BYTES)
+        let room = CatchUpBudget::default();
+        let taken: Vec<ResponseRoom> = (0..BUDGET_BYTES / LARGE_READ_BYTES)
             .map(|_| room.take())
             .collect();
         assert!(taken.iter().all(|r| r.bytes == LARGE_READ_BYTES));

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use tokio::sync::watch;
 
 use super::deck::Deck;
-use super::status::{Progress, Status};
+use super::progress::{Progress, Status};
 use super::tape::{Following, Tape};
 use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;

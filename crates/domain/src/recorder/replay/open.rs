@@ -4,7 +4,7 @@ use super::{Replay, Source};
 use crate::error::{Absence, Error, Result};
 use crate::id::ConversationId;
 use crate::recorder::deck::Deck;
-use crate::recorder::status::{Progress, Status};
+use crate::recorder::progress::{Progress, Status};
 use crate::store::{Gone, Lookup, Tombstone};
 use crate::tier::{Remote, Sealed};
 

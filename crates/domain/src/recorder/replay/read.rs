@@ -5,7 +5,7 @@ use bytes::{Bytes, BytesMut};
 
 use super::{ChunkMark, Piece, Replay, Source};
 use crate::error::{Error, Result};
-use crate::recorder::status::Progress;
+use crate::recorder::progress::Progress;
 use crate::store::Chunk;
 
 impl Replay {

@@ -18,7 +18,7 @@ pub struct Portion {
 
 /// One recording of a stream's lineage: its own bytes start at `base` and, for a stream
 /// forked from, are read only up to `cap` (where the fork diverged).
-struct Stretch {
+struct LineageSegment {
     id: ConversationId,
     base: u64,
     cap: Option<u64>,
@@ -28,7 +28,7 @@ struct Stretch {
 pub struct LineageReader {
     recorder: Recorder,
     /// Stretches still to read, the current one first.
-    stretches: Vec<Stretch>,
+    stretches: Vec<LineageSegment>,
     replay: Replay,
     position: u64,
     /// One portion per message (JSON mode).
@@ -50,7 +50,7 @@ impl LineageReader {
         let mut stretches = Vec::new();
         // Walk up the lineage: each source is read up to where its child forked.
         let (mut next, mut cap) = (fork, None);
-        stretches.push(Stretch {
+        stretches.push(LineageSegment {
             id: id.clone(),
             base: next.as_ref().map_or(0, |f| f.offset),
             cap: None,
@@ -60,7 +60,7 @@ impl LineageReader {
             let source = ConversationId::parse(uuid::Uuid::from_u128(fork.source).as_bytes())?;
             let store = recorder.deck().store();
             next = store.stream_row(fork.source).await?.and_then(|r| r.fork);
-            stretches.push(Stretch {
+            stretches.push(LineageSegment {
                 id: source,
                 base: next.as_ref().map_or(0, |f| f.offset),
                 cap,

@@ -18,8 +18,8 @@ use std::time::Instant;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+use super::progress::{Progress, Status};
 use super::registry::Registry;
-use super::status::{Progress, Status};
 use crate::error::Error;
 use crate::id::ConversationId;
 use crate::store::{Chunk, LiveRecording};

@@ -7,7 +7,7 @@ use bytes::Bytes;
 
 use super::Tape;
 use crate::error::{Error, Result};
-use crate::recorder::status::{Progress, Status};
+use crate::recorder::progress::{Progress, Status};
 use crate::store::{Batch, BatchCommitted, Chunk, Committed, EndIf, Resumed, Store, StreamRow};
 
 /// The producer's handle on a live recording, for one producer session: assigns each chunk

@@ -24,7 +24,7 @@ use serde::Deserialize;
 use serde_json::{Value, json};
 
 use crate::access::{Operation, Principal};
-use crate::grpc::everywhere;
+use crate::grpc::all_instances;
 use crate::http::HttpFace;
 use crate::http::access;
 use crate::http::failure::failed;
@@ -101,7 +101,7 @@ async fn list_page(face: &HttpFace, query: ListQuery, headers: &HeaderMap) -> Re
     let recorder = &face.recorder;
     let (rows, next, unanswered) = match &face.locator {
         Some(locator) => {
-            let page = everywhere::list(locator, recorder, token, page_size, only).await;
+            let page = all_instances::list(locator, recorder, token, page_size, only).await;
             let page = page.map_err(failed)?;
             (page.rows, page.next_page_token, page.unanswered)
         }

@@ -16,7 +16,7 @@ use crate::recorder::PageToken;
 use crate::recorder::{Listing, Recorder, RecordingInfo, Status, page_limit};
 
 /// A page of the recordings of every instance.
-pub(crate) struct Everywhere {
+pub(crate) struct AllInstancesPage {
     /// The rows, each with its owner's address, in start order.
     pub rows: Vec<(RecordingInfo, String)>,
     pub next_page_token: Option<String>,
@@ -33,13 +33,13 @@ pub(crate) async fn list(
     page_token: Option<&str>,
     page_size: usize,
     only: Option<Status>,
-) -> Result<Everywhere> {
+) -> Result<AllInstancesPage> {
     let limit = page_limit(page_size);
     // Past the instances' own recordings: the object store's pages, listed here alone.
     if page_token.is_some_and(Listing::is_object_store_token) {
         let listing = recorder.list(page_token, limit, only).await?;
         let rows = not_held_elsewhere(locator, listing.recordings).await;
-        return Ok(Everywhere {
+        return Ok(AllInstancesPage {
             rows: rows.into_iter().map(|info| (info, String::new())).collect(),
             next_page_token: listing.next_page_token,
             unanswered: Vec::new(),
@@ -65,7 +65,7 @@ pub(crate) async fn list(
         None if recorder.has_object_store() => Some(Listing::object_store_start()),
         None => None,
     };
-    Ok(Everywhere {
+    Ok(AllInstancesPage {
         rows,
         next_page_token,
         unanswered,

@@ -1,0 +1,92 @@
+//! What a forwarded producer's handle (`forwarded`) and the task that runs its session
+//! (`forwarded_session`) say to each other, and how the leader's answers read on this node.
+use std::time::Duration;
+
+use tokio::sync::oneshot;
+use tonic::{Code, Status};
+
+use crate::error::{Error, Kind, Result};
+use crate::pb::cluster::{Ended, Produced, Stop, produced};
+use crate::recorder::{Progress, Status as Lifecycle};
+
+/// How long a session may look for a leader to go on with before it fails.
+pub(super) const FAILOVER_WAIT: Duration = Duration::from_secs(15);
+/// Messages waiting for the leader.
+pub(super) const OUTGOING: usize = 256;
+
+/// What the handle asks of the session's task.
+pub(super) enum Command {
+    Content {
+        content: String,
+        end: u64,
+        done: oneshot::Sender<Result<u64>>,
+    },
+    /// Completes (`Complete`) or lets go (`EndedWithoutComplete`) once everything sent is
+    /// committed; answered with how the session ended.
+    Finish(produced::Kind, oneshot::Sender<Result<Outcome>>),
+    Detach(Produced),
+}
+
+/// How a session ended, as the leader told it.
+#[derive(Debug, Clone)]
+pub(super) struct Outcome {
+    pub(super) stop: Stop,
+    pub(super) progress: Progress,
+    pub(super) message: Option<String>,
+}
+
+/// Whether a failed call to the leader may go on with the next one.
+pub(super) fn retriable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
+    )
+}
+
+/// The leader's refusal, as this node's error.
+pub(super) fn refused(status: Status) -> Error {
+    let kind = match status.code() {
+        Code::InvalidArgument => Kind::InvalidArgument,
+        Code::OutOfRange => Kind::OutOfRange,
+        Code::NotFound => Kind::NotFound,
+        Code::AlreadyExists => Kind::AlreadyExists,
+        Code::FailedPrecondition => Kind::FailedPrecondition,
+        Code::Aborted => Kind::Aborted,
+        Code::ResourceExhausted => Kind::TooLarge,
+        Code::Unavailable | Code::Cancelled | Code::DeadlineExceeded | Code::Unknown => {
+            Kind::Unavailable
+        }
+        Code::Unauthenticated => Kind::Unauthenticated,
+        Code::PermissionDenied => Kind::PermissionDenied,
+        _ => Kind::Internal,
+    };
+    Error::LeaderRefused {
+        kind,
+        message: status.message().to_string(),
+    }
+}
+
+/// How a session ended, from the leader's `Ended`.
+pub(super) fn outcome(end: &Ended) -> Outcome {
+    let status = [
+        Lifecycle::Recording,
+        Lifecycle::Completed,
+        Lifecycle::Cancelled,
+        Lifecycle::Interrupted,
+        Lifecycle::Failed,
+        Lifecycle::Superseded,
+        Lifecycle::Deleted,
+    ]
+    .into_iter()
+    .find(|status| status.as_str() == end.status)
+    .unwrap_or(Lifecycle::Failed);
+    Outcome {
+        stop: Stop::try_from(end.stop).unwrap_or(Stop::Ended),
+        progress: Progress {
+            chunks: end.chunks,
+            bytes: end.bytes,
+            status,
+        },
+        message: end.message.clone(),
+    }
+}
