@@ -3,32 +3,21 @@
 //! response from any byte offset and follow it live until it ends, across restarts and crashes.
 //!
 //! # Layout
-//! - [`config`]: `Config`, every setting with its unit and default.
-//! - [`error`]: the one error enum, keeping causes, and its transport-neutral `Kind`; what a
-//!   client may read is decided there (each face maps a Kind to its status once).
-//! - [`id`]: `ConversationId`, the wire forms of a conversation id, shown as the caller sent it.
-//! - [`access`]: credentials (API keys, signed grants) → a principal; the rules per operation.
-//! - [`clock`]: wall-clock time, injectable so retention and idle timeouts can be tested.
-//! - [`status`]: `Status`, a recording's place in its life, stored by variant number.
-//! - [`recorder`]: the domain core: live recordings (status, committed high-water mark, the
-//!   live registry and its limit, supersede), producer sessions, replays, cancel, the live
-//!   check, the sweeper's schedule, shutdown, the Durable Streams rules, the gauges' sampler.
-//! - [`store`]: persistence only: the redb schema, the journal, the commit pipeline (ops and
-//!   batching, the transaction layer, publishing after a commit), recovery, reads.
-//! - [`tier`]: the optional object-store tier: sealed recordings' objects and names, upload
-//!   and verify, range reads, delete and expiry there. The recorder's sealer drives it.
-//! - [`cluster`]: quorum replication with openraft: the log, its storage, the network
-//!   between nodes, the state machine that applies entries to the store.
-//! - [`locator`]: the optional Redis locator for several instances: entries, their refresh,
-//!   redirects and forwarded cancels.
-//! - [`grpc`]: thin tonic adapters for `ResponseRecorderService` and `ResponseResumerService`,
-//!   assembled with health and reflection by [`grpc::routes`].
-//! - [`http`]: the Durable Streams face, as thin: parse, authorize, call the recorder's
-//!   streams, map the outcome to a response.
-//! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
-//! - [`metrics`]: metric names and their descriptions.
-//! - [`tls`]: TLS settings from PEM files, for the gRPC port and the cluster port.
+//! The layers are crates of one workspace (see `ARCHITECTURE.md`); this crate assembles them
+//! and re-exports each under the module name the tests, the benches and the binary use:
+//! - from `tapedeck-core`: [`id`], [`status`], [`clock`], [`error`] (the one error enum and
+//!   its `Kind`), [`metrics`] (names and descriptions);
+//! - [`pb`], from `tapedeck-proto`: the gRPC contract;
+//! - [`store`], from `tapedeck-store`: persistence only (redb, the log, the commit pipeline,
+//!   recovery, reads, the offline tools);
+//! - from `tapedeck-domain`: [`recorder`] (the domain core), [`access`], [`tier`] (the object
+//!   store), [`cluster`] (openraft), [`locator`] (Redis, for instances), [`tls`];
+//! - from `tapedeck-faces`: [`grpc`] and [`http`], thin adapters over the recorder.
+//!
+//! Its own modules:
+//! - [`config`]: `Config`, assembling each layer's settings, with units and defaults.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
+//! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
 //!
 //! A token flows one way: a face hands it to the recorder's producer session, which queues it
 //! to the store's commit pipeline; after the commit that makes it durable, the pipeline

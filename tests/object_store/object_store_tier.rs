@@ -259,7 +259,7 @@ async fn a_lost_disk_loses_no_ended_recording() {
     assert_not_logged(s3.secret(), &[&a_log, &b_log, &again_log]);
 }
 
-/// The names under a prefix that are the layout's own (`src/tier/keys.rs`); everything else in
+/// The names under a prefix that are the layout's own (`crates/domain/src/tier/keys.rs`); everything else in
 /// a key is the storage key in hex and zero-padded numbers.
 const FIXED_NAMES: [&str; 4] = ["recordings", "expiry", "tombstones", "forget"];
 
