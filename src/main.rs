@@ -62,22 +62,26 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.listen)
             .await
-            .map_err(|source| tapedeck::Error::Bind {
-                addr: config.listen,
-                what: "gRPC",
-                flag: "--listen",
-                env: "TAPEDECK_LISTEN",
-                source,
+            .map_err(|source| {
+                tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
+                    addr: config.listen,
+                    what: "gRPC",
+                    flag: "--listen",
+                    env: "TAPEDECK_LISTEN",
+                    source,
+                })
             })?;
         let http_listener =
             match config.http_listen {
                 Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(
-                    |source| tapedeck::Error::Bind {
-                        addr,
-                        what: "the HTTP face",
-                        flag: "--http-listen",
-                        env: "TAPEDECK_HTTP_LISTEN",
-                        source,
+                    |source| {
+                        tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
+                            addr,
+                            what: "the HTTP face",
+                            flag: "--http-listen",
+                            env: "TAPEDECK_HTTP_LISTEN",
+                            source,
+                        })
                     },
                 )?),
                 None => None,

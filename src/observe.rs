@@ -93,12 +93,14 @@ pub(crate) fn install_metrics(listen: Option<SocketAddr>) -> anyhow::Result<()> 
     let recorder = match listen {
         Some(addr) => {
             // Bound here first so that a busy port is refused with the usual message.
-            std::net::TcpListener::bind(addr).map_err(|source| tapedeck::Error::Bind {
-                addr,
-                what: "metrics",
-                flag: "--metrics-listen",
-                env: "TAPEDECK_METRICS_LISTEN",
-                source,
+            std::net::TcpListener::bind(addr).map_err(|source| {
+                tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
+                    addr,
+                    what: "metrics",
+                    flag: "--metrics-listen",
+                    env: "TAPEDECK_METRICS_LISTEN",
+                    source,
+                })
             })?;
             builder = builder.with_http_listener(addr);
             let (recorder, exporter) = builder.build().with_context(|| {

@@ -219,9 +219,11 @@ pub async fn run(
         stopping.stop.cancel();
     };
 
-    let addr = listener.local_addr().map_err(|source| Error::Listener {
-        addr: "the given listener".into(),
-        source,
+    let addr = listener.local_addr().map_err(|source| {
+        Error::Setup(crate::error::Setup::Listener {
+            addr: "the given listener".into(),
+            source,
+        })
     })?;
     tracing::info!(%addr, tls = config.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
@@ -285,9 +287,9 @@ pub async fn run(
     drop(recorder);
     store.close().await;
     if let Some(reason) = failed {
-        return Err(Error::Cluster { reason });
+        return Err(Error::Setup(crate::error::Setup::Cluster { reason }));
     }
-    served.map_err(Error::Serve)
+    served.map_err(|err| crate::error::Setup::Serve(err).into())
 }
 
 /// Each time this node of a cluster comes to lead, it adopts the recordings the node before
@@ -347,15 +349,15 @@ async fn start_cluster(
     config: &Config,
     lifecycle: &Lifecycle,
 ) -> Result<crate::cluster::Served> {
-    let listener = TcpListener::bind(cluster.listen)
-        .await
-        .map_err(|source| Error::Listener {
+    let listener = TcpListener::bind(cluster.listen).await.map_err(|source| {
+        Error::Setup(crate::error::Setup::Listener {
             addr: format!(
                 "--cluster-listen (TAPEDECK_CLUSTER_LISTEN) {}",
                 cluster.listen
             ),
             source,
-        })?;
+        })
+    })?;
     crate::cluster::Cluster::start(
         cluster,
         listener,

@@ -151,9 +151,9 @@ fn access_config(args: &ServeArgs) -> tapedeck::Result<AccessConfig> {
     if let Some(file) = &args.api_keys_file {
         let setting = "--api-keys-file (TAPEDECK_API_KEYS_FILE)";
         if file.as_os_str().is_empty() {
-            return Err(tapedeck::Error::BadApiKey {
+            return Err(tapedeck::Error::Setup(tapedeck::error::Setup::BadApiKey {
                 reason: format!("{setting} is empty: name a file of API keys, or leave it unset"),
-            });
+            }));
         }
         api_keys.extend(ApiKey::read_file(file).map_err(|err| name_setting(err, setting))?);
     }
@@ -171,9 +171,11 @@ fn access_config(args: &ServeArgs) -> tapedeck::Result<AccessConfig> {
 /// `err`, an API key refusal, with the setting it came from in front of its reason.
 fn name_setting(err: tapedeck::Error, setting: &str) -> tapedeck::Error {
     match err {
-        tapedeck::Error::BadApiKey { reason } => tapedeck::Error::BadApiKey {
-            reason: format!("{setting}: {reason}"),
-        },
+        tapedeck::Error::Setup(tapedeck::error::Setup::BadApiKey { reason }) => {
+            tapedeck::Error::Setup(tapedeck::error::Setup::BadApiKey {
+                reason: format!("{setting}: {reason}"),
+            })
+        }
         other => other,
     }
 }

@@ -23,8 +23,10 @@ pub struct TlsFiles {
 /// Fails with `Tls` when a file cannot be read.
 pub fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
     let read = |path: &std::path::Path| {
-        std::fs::read(path).map_err(|err| Error::Tls {
-            reason: format!("cannot read {}: {err}", path.display()),
+        std::fs::read(path).map_err(|err| {
+            Error::Setup(crate::error::Setup::Tls {
+                reason: format!("cannot read {}: {err}", path.display()),
+            })
         })
     };
     let identity = Identity::from_pem(read(&files.cert)?, read(&files.key)?);
@@ -37,7 +39,7 @@ pub fn server_config(files: &TlsFiles) -> Result<ServerTlsConfig> {
 
 /// A TLS failure of tonic's, as tapedeck's error.
 pub fn error(err: &dyn std::error::Error) -> Error {
-    Error::Tls {
+    Error::Setup(crate::error::Setup::Tls {
         reason: err.to_string(),
-    }
+    })
 }

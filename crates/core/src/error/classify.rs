@@ -125,17 +125,8 @@ impl Error {
             | Error::Snapshot { .. }
             | Error::WriterThread(_)
             | Error::Task(_)
-            | Error::Listener { .. }
-            | Error::Bind { .. }
-            | Error::Reflection(_)
-            | Error::Serve(_)
-            | Error::BadApiKey { .. }
-            | Error::BadJwtKey { .. }
-            | Error::Locator { .. }
             | Error::Offline { .. }
-            | Error::ObjectStoreSetting { .. }
-            | Error::Cluster { .. }
-            | Error::Tls { .. } => Kind::Internal,
+            | Error::Setup(_) => Kind::Internal,
         }
     }
 
@@ -149,5 +140,22 @@ impl Error {
             err if err.kind() == Kind::Internal => INTERNAL_MESSAGE.to_string(),
             err => err.to_string(),
         }
+    }
+}
+
+/// What a client is told when this node cannot commit: who leads, if anyone is known to.
+pub(super) fn no_quorum_message(leader: Option<u64>, address: Option<&str>) -> String {
+    match (leader, address) {
+        (Some(id), Some(address)) => format!(
+            "this node cannot commit: node {id} (cluster address {address}) leads the cluster, \
+             and this node does not or could not reach it; retry on node {id}, or here later"
+        ),
+        (Some(id), None) => format!(
+            "this node cannot commit: node {id} leads the cluster, and this node does not or \
+             could not reach it; retry on node {id}, or here later"
+        ),
+        (None, _) => "this node cannot commit: the cluster has no leader a majority agrees on \
+             (too many nodes are down or cut off); retry when they are back"
+            .to_string(),
     }
 }

@@ -2,17 +2,18 @@
 //! [`Error::kind`] classifies each one for both faces, which map a [`Kind`] to their own status
 //! (`grpc::status`, `http::failure`); [`Error::client_message`] is the single place that decides
 //! what a client may read; internal detail goes to the log.
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 mod absence;
 mod classify;
 mod grpc;
+mod setup;
 
 pub use absence::Absence;
 pub use classify::Kind;
 pub use grpc::{REASON_METADATA, REDIRECT_METADATA, code};
+pub use setup::Setup;
 
 /// Result with tapedeck's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
@@ -219,33 +220,9 @@ pub enum Error {
         /// The access that would be needed.
         needs: &'static str,
     },
-    /// An API key setting that is not `name=secret`.
-    #[error("bad API key setting: {reason}")]
-    BadApiKey {
-        /// What is wrong; never the secret.
-        reason: String,
-    },
-    /// A JWT key that cannot be used.
-    #[error("bad JWT key: {reason}")]
-    BadJwtKey {
-        /// What is wrong.
-        reason: String,
-    },
     /// An offline tool cannot work on the database file.
     #[error("{reason}")]
     Offline {
-        /// What is wrong, and what to do.
-        reason: String,
-    },
-    /// The locator cannot be set up (a bad `--redis-url`, an unreadable instance id file).
-    #[error("cannot set up the Redis locator: {reason}")]
-    Locator {
-        /// What is wrong.
-        reason: String,
-    },
-    /// `--object-store` cannot be used.
-    #[error("cannot use --object-store (TAPEDECK_OBJECT_STORE): {reason}")]
-    ObjectStoreSetting {
         /// What is wrong, and what to do.
         reason: String,
     },
@@ -257,14 +234,8 @@ pub enum Error {
         /// What failed (never a credential).
         detail: String,
     },
-    /// The TLS settings cannot be used.
-    #[error("cannot set up TLS: {reason}")]
-    Tls {
-        /// What is wrong.
-        reason: String,
-    },
     /// This node of a cluster cannot commit: it is not the leader, or no majority answers.
-    #[error("{}", no_quorum_message(*.leader, leader_address.as_deref()))]
+    #[error("{}", classify::no_quorum_message(*.leader, leader_address.as_deref()))]
     NoQuorum {
         /// The leader's node id, if this node knows one.
         leader: Option<u64>,
@@ -279,13 +250,6 @@ pub enum Error {
         kind: crate::error::Kind,
         /// What the leader said.
         message: String,
-    },
-    /// This node's cluster cannot run: its log cannot be opened or written, or its network
-    /// cannot be set up.
-    #[error("the cluster cannot run: {reason}")]
-    Cluster {
-        /// What failed.
-        reason: String,
     },
     /// A newer recording of the conversation replaced this one.
     #[error("the recording was superseded by a newer recording of the same conversation")]
@@ -423,55 +387,7 @@ pub enum Error {
     /// An internal task (a blocking read, a producer's start) panicked or was cancelled.
     #[error("an internal task failed: {0}")]
     Task(#[source] tokio::task::JoinError),
-    /// The listening socket failed.
-    #[error("the listener on {addr} failed: {source}")]
-    Listener {
-        /// The address it listens on, if known.
-        addr: String,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A port could not be bound. The message names the setting of that address, flag and
-    /// variable, since a server has several (gRPC, the HTTP face, metrics).
-    #[error(
-        "cannot listen on {addr} ({what}): {source}; is another process using it? choose \
-         another address with {flag} (or {env})"
-    )]
-    Bind {
-        /// The address.
-        addr: SocketAddr,
-        /// What was to listen there: "gRPC", "the HTTP face", "metrics".
-        what: &'static str,
-        /// The flag that sets the address, e.g. `--http-listen`.
-        flag: &'static str,
-        /// The environment variable that sets it, e.g. `TAPEDECK_HTTP_LISTEN`.
-        env: &'static str,
-        /// Why.
-        #[source]
-        source: std::io::Error,
-    },
-    /// The gRPC reflection service could not be built.
-    #[error("cannot build the gRPC reflection service: {0}")]
-    Reflection(#[source] tonic_reflection::server::Error),
-    /// The gRPC server stopped with an error.
-    #[error("the gRPC server failed: {0}")]
-    Serve(#[source] tonic::transport::Error),
-}
-
-/// What a client is told when this node cannot commit: who leads, if anyone is known to.
-fn no_quorum_message(leader: Option<u64>, address: Option<&str>) -> String {
-    match (leader, address) {
-        (Some(id), Some(address)) => format!(
-            "this node cannot commit: node {id} (cluster address {address}) leads the cluster, \
-             and this node does not or could not reach it; retry on node {id}, or here later"
-        ),
-        (Some(id), None) => format!(
-            "this node cannot commit: node {id} leads the cluster, and this node does not or \
-             could not reach it; retry on node {id}, or here later"
-        ),
-        (None, _) => "this node cannot commit: the cluster has no leader a majority agrees on \
-             (too many nodes are down or cut off); retry when they are back"
-            .to_string(),
-    }
+    /// The server cannot be set up, or cannot go on: see [`Setup`].
+    #[error(transparent)]
+    Setup(#[from] Setup),
 }

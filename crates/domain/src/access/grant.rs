@@ -92,8 +92,11 @@ impl GrantVerifier {
                     .map(|key| (key, Algorithm::RS256))
                     .or_else(|_| DecodingKey::from_ec_pem(pem).map(|k| (k, Algorithm::ES256)))
                     .or_else(|_| DecodingKey::from_ed_pem(pem).map(|k| (k, Algorithm::EdDSA)))
-                    .map_err(|_| Error::BadJwtKey {
-                        reason: "the public key is not a PEM RSA, EC (P-256) or Ed25519 key".into(),
+                    .map_err(|_| {
+                        Error::Setup(crate::error::Setup::BadJwtKey {
+                            reason: "the public key is not a PEM RSA, EC (P-256) or Ed25519 key"
+                                .into(),
+                        })
                     })?,
             ),
         };
@@ -212,8 +215,8 @@ pub fn mint(secret: &Secret, claims: &Claims) -> Result<String> {
     secret.check_jwt_secret()?;
     let key = EncodingKey::from_secret(secret.expose().as_bytes());
     jsonwebtoken::encode(&Header::new(Algorithm::HS256), claims, &key).map_err(|err| {
-        Error::BadJwtKey {
+        Error::Setup(crate::error::Setup::BadJwtKey {
             reason: format!("cannot sign the token: {err}"),
-        }
+        })
     })
 }

@@ -49,7 +49,7 @@ impl Secret {
         } else {
             return Ok(());
         };
-        Err(Error::BadJwtKey { reason })
+        Err(Error::Setup(crate::error::Setup::BadJwtKey { reason }))
     }
 }
 
@@ -93,15 +93,17 @@ impl ApiKey {
             }
             _ => "an API key is written name=secret, with neither side empty".into(),
         };
-        Err(Error::BadApiKey { reason })
+        Err(Error::Setup(crate::error::Setup::BadApiKey { reason }))
     }
 
     /// Reads `path`: one `name=secret` a line; blank lines and `#` comments are skipped.
     ///
     /// Fails with `BadApiKey` when the file cannot be read or a line is not `name=secret`.
     pub fn read_file(path: &Path) -> Result<Vec<ApiKey>> {
-        let text = std::fs::read_to_string(path).map_err(|err| Error::BadApiKey {
-            reason: format!("cannot read API keys file {}: {err}", path.display()),
+        let text = std::fs::read_to_string(path).map_err(|err| {
+            Error::Setup(crate::error::Setup::BadApiKey {
+                reason: format!("cannot read API keys file {}: {err}", path.display()),
+            })
         })?;
         let mut keys = Vec::new();
         for (n, line) in text.lines().enumerate() {
@@ -109,27 +111,29 @@ impl ApiKey {
             if line.is_empty() || line.starts_with('#') {
                 continue;
             }
-            let key = ApiKey::parse(line).map_err(|err| Error::BadApiKey {
-                reason: format!(
-                    "{} line {}: {}",
-                    path.display(),
-                    n + 1,
-                    match err {
-                        Error::BadApiKey { reason } => reason,
-                        other => other.to_string(),
-                    }
-                ),
+            let key = ApiKey::parse(line).map_err(|err| {
+                Error::Setup(crate::error::Setup::BadApiKey {
+                    reason: format!(
+                        "{} line {}: {}",
+                        path.display(),
+                        n + 1,
+                        match err {
+                            Error::Setup(crate::error::Setup::BadApiKey { reason }) => reason,
+                            other => other.to_string(),
+                        }
+                    ),
+                })
             })?;
             keys.push(key);
         }
         // A file meant to turn access control on that turns nothing on is a mistake.
         if keys.is_empty() {
-            return Err(Error::BadApiKey {
+            return Err(Error::Setup(crate::error::Setup::BadApiKey {
                 reason: format!(
                     "{} holds no API key: write one name=secret a line",
                     path.display()
                 ),
-            });
+            }));
         }
         Ok(keys)
     }

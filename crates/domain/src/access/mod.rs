@@ -68,7 +68,7 @@ const PUBLIC_KEY_SETTING: &str = "--jwt-public-key (TAPEDECK_JWT_PUBLIC_KEY)";
 
 /// The PEM text of the public key file at `path`.
 fn read_public_key(path: &std::path::Path) -> Result<Vec<u8>> {
-    let bad = |reason: String| Error::BadJwtKey { reason };
+    let bad = |reason: String| Error::Setup(crate::error::Setup::BadJwtKey { reason });
     if path.as_os_str().is_empty() {
         return Err(bad(format!(
             "{PUBLIC_KEY_SETTING} is empty: name a PEM public key file, or leave it unset"

@@ -169,8 +169,10 @@ impl Cluster {
 
     /// Ends this node's rejoin: it votes and stands for election from now on.
     fn vote_again(&self) -> Result<()> {
-        self.rejoin.finish().map_err(|err| Error::Cluster {
-            reason: format!("cannot clear the rejoin mark: {err}"),
+        self.rejoin.finish().map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: format!("cannot clear the rejoin mark: {err}"),
+            })
         })?;
         self.raft.runtime_config().elect(true);
         Ok(())
@@ -178,7 +180,7 @@ impl Cluster {
 }
 
 fn fatal(err: openraft::error::Fatal<NodeId>) -> Error {
-    Error::Cluster {
+    Error::Setup(crate::error::Setup::Cluster {
         reason: err.to_string(),
-    }
+    })
 }

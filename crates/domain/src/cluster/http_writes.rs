@@ -207,9 +207,9 @@ fn answer(answered: HttpAnswered) -> Result<http::Response<Bytes>> {
     for header in answered.headers {
         response = response.header(header.name, header.value);
     }
-    response
-        .body(Bytes::from(answered.body))
-        .map_err(|err| Error::Cluster {
+    response.body(Bytes::from(answered.body)).map_err(|err| {
+        Error::Setup(crate::error::Setup::Cluster {
             reason: format!("the leader's answer to an HTTP write does not parse: {err}"),
         })
+    })
 }

@@ -83,18 +83,24 @@ impl Cluster {
     ) -> Result<Served> {
         let store = recorder.deck().store();
         let log_dir = data_dir.join("raft");
-        let log = LogStore::open(&log_dir).map_err(|err| Error::Cluster {
-            reason: format!("cannot open the log in {}: {err}", log_dir.display()),
+        let log = LogStore::open(&log_dir).map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: format!("cannot open the log in {}: {err}", log_dir.display()),
+            })
         })?;
-        let rejoin = Rejoin::open(&log_dir, log.is_empty()).map_err(|err| Error::Cluster {
-            reason: format!(
-                "cannot mark the log in {} as rejoining: {err}",
-                log_dir.display()
-            ),
+        let rejoin = Rejoin::open(&log_dir, log.is_empty()).map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: format!(
+                    "cannot mark the log in {} as rejoining: {err}",
+                    log_dir.display()
+                ),
+            })
         })?;
         let (applied_tx, applied) = tokio::sync::watch::channel(0);
-        let snapshots = SnapshotFiles::open(&log_dir).map_err(|err| Error::Cluster {
-            reason: format!("cannot open the snapshots in {}: {err}", log_dir.display()),
+        let snapshots = SnapshotFiles::open(&log_dir).map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: format!("cannot open the snapshots in {}: {err}", log_dir.display()),
+            })
         })?;
         let machine = Machine::open(store.clone(), applied_tx, snapshots, config.node_id)?;
         let raft_config = openraft::Config {
@@ -111,15 +117,19 @@ impl Cluster {
             ..Default::default()
         }
         .validate()
-        .map_err(|err| Error::Cluster {
-            reason: err.to_string(),
+        .map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: err.to_string(),
+            })
         })?;
         let client_tls = super::tls::client(tls)?;
         let network = Network::new(config.peers.clone(), client_tls.clone());
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
             .await
-            .map_err(|err| Error::Cluster {
-                reason: err.to_string(),
+            .map_err(|err| {
+                Error::Setup(crate::error::Setup::Cluster {
+                    reason: err.to_string(),
+                })
             })?;
         let cluster = Cluster {
             raft,

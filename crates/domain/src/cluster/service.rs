@@ -215,7 +215,9 @@ pub(crate) async fn serve(
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)
         .await
-        .map_err(|err| Error::Cluster {
-            reason: format!("the cluster port failed: {err}"),
+        .map_err(|err| {
+            Error::Setup(crate::error::Setup::Cluster {
+                reason: format!("the cluster port failed: {err}"),
+            })
         })
 }

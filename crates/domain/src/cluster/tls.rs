@@ -34,7 +34,9 @@ pub(super) fn client(files: Option<&TlsFiles>) -> Result<Option<ClientTlsConfig>
 }
 
 fn read(path: &std::path::Path) -> Result<Vec<u8>> {
-    std::fs::read(path).map_err(|err| Error::Tls {
-        reason: format!("cannot read {}: {err}", path.display()),
+    std::fs::read(path).map_err(|err| {
+        Error::Setup(crate::error::Setup::Tls {
+            reason: format!("cannot read {}: {err}", path.display()),
+        })
     })
 }

@@ -17,15 +17,17 @@ pub const INSTANCE_FILE: &str = "tapedeck.instance";
 /// after one, the instance takes its own entries back rather than competing with them.
 pub(super) fn instance_id(data_dir: &Path) -> Result<String> {
     let path = data_dir.join(INSTANCE_FILE);
-    let failed = |err: std::io::Error| Error::Locator {
-        reason: format!("cannot keep the instance id in {}: {err}", path.display()),
+    let failed = |err: std::io::Error| {
+        Error::Setup(crate::error::Setup::Locator {
+            reason: format!("cannot keep the instance id in {}: {err}", path.display()),
+        })
     };
     match std::fs::read_to_string(&path) {
         Ok(text) => match uuid::Uuid::parse_str(text.trim()) {
             Ok(id) => Ok(id.to_string()),
-            Err(_) => Err(Error::Locator {
+            Err(_) => Err(Error::Setup(crate::error::Setup::Locator {
                 reason: format!("{} does not hold a UUID", path.display()),
-            }),
+            })),
         },
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => {
             let id = uuid::Uuid::new_v4().to_string();

@@ -115,10 +115,11 @@ impl Locator {
     /// Fails with `Locator` for a malformed URL, or an instance id file that cannot be read
     /// or written.
     pub fn new(config: &LocatorConfig, data_dir: &Path) -> Result<Self> {
-        let client =
-            redis::Client::open(config.redis_url.as_str()).map_err(|err| Error::Locator {
+        let client = redis::Client::open(config.redis_url.as_str()).map_err(|err| {
+            Error::Setup(crate::error::Setup::Locator {
                 reason: format!("--redis-url is not a Redis URL: {err}"),
-            })?;
+            })
+        })?;
         let manager = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(CALL_TIMEOUT))
             .set_response_timeout(Some(CALL_TIMEOUT))
@@ -127,9 +128,9 @@ impl Locator {
             .set_max_delay(BACKOFF.1);
         let conn =
             ConnectionManager::new_lazy_with_config(client.clone(), manager).map_err(|err| {
-                Error::Locator {
+                Error::Setup(crate::error::Setup::Locator {
                     reason: format!("cannot prepare the Redis connection: {err}"),
-                }
+                })
             })?;
         Ok(Self {
             inner: Arc::new(Inner {

@@ -67,7 +67,7 @@ impl Tier {
     ///
     /// Fails with `ObjectStoreSetting` naming what is wrong (never a credential).
     pub fn open(url: &str) -> Result<Tier> {
-        let bad = |reason: String| Error::ObjectStoreSetting { reason };
+        let bad = |reason: String| Error::Setup(crate::error::Setup::ObjectStoreSetting { reason });
         let (target, prefix) = Target::parse(url)?;
         let objects: Arc<dyn ObjectStore> = match target {
             Target::S3 { bucket } => {
@@ -184,7 +184,7 @@ enum Target<'a> {
 impl Target<'_> {
     /// `url`'s target and the prefix of every object name under it.
     fn parse(url: &str) -> Result<(Target<'_>, Path)> {
-        let bad = |reason: String| Error::ObjectStoreSetting { reason };
+        let bad = |reason: String| Error::Setup(crate::error::Setup::ObjectStoreSetting { reason });
         let (target, prefix) = if let Some(rest) = url.strip_prefix("s3://") {
             let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
             if bucket.is_empty() {

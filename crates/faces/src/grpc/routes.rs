@@ -8,7 +8,7 @@ use tonic_health::server::HealthReporter;
 
 use super::{ClusterService, RecorderService, RecordingsService, ResumerService};
 use crate::access::Guard;
-use crate::error::{Error, Result};
+use crate::error::{Result, Setup};
 use crate::locator::Locator;
 use crate::pb::response_recorder_service_server::ResponseRecorderServiceServer;
 use crate::pb::response_resumer_service_server::ResponseResumerServiceServer;
@@ -93,8 +93,8 @@ pub async fn routes(
             .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
             .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
     };
-    let reflection_v1 = reflection().build_v1().map_err(Error::Reflection)?;
-    let reflection_v1alpha = reflection().build_v1alpha().map_err(Error::Reflection)?;
+    let reflection_v1 = reflection().build_v1().map_err(Setup::Reflection)?;
+    let reflection_v1alpha = reflection().build_v1alpha().map_err(Setup::Reflection)?;
     let locator = locator.cloned();
     let current = RecorderService::new(
         recorder.clone(),

@@ -134,9 +134,11 @@ pub async fn serve(
     if adopted > 0 {
         tracing::info!(streams = adopted, "took over open streams");
     }
-    let addr = listener.local_addr().map_err(|source| Error::Listener {
-        addr: "the HTTP listener".into(),
-        source,
+    let addr = listener.local_addr().map_err(|source| {
+        Error::Setup(crate::error::Setup::Listener {
+            addr: "the HTTP listener".into(),
+            source,
+        })
     })?;
     if let Some(cluster) = &face.cluster {
         forward::answer_forwarded(cluster, face.clone());
