@@ -150,7 +150,7 @@ impl Cluster {
             stop.cancelled_owned(),
         ));
         tokio::spawn(cluster.clone().join());
-        cluster.propose_commits_of(&store);
+        cluster.propose_commits_of(store);
         recorder.end_on(Arc::new(super::ending::OnLeader {
             cluster: cluster.clone(),
         }));
