@@ -11,6 +11,7 @@ mod bad_settings;
 mod cli;
 mod examples;
 mod health_reflection;
+mod memory_v1_edges;
 mod metrics;
 mod producer_resume;
 mod recorder_api;
