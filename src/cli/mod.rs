@@ -339,7 +339,7 @@ async fn replay(
     .map_err(status_error)?;
     while let Some(piece) = replay.next().await.map_err(status_error)? {
         if chunked {
-            writeln!(out, "{}", escape::json_line(&output::passage_json(&piece)))?;
+            writeln!(out, "{}", escape::json_line(&output::message_json(&piece)))?;
         } else {
             out.write_all(piece.content.as_bytes())?;
         }

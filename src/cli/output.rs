@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::{Result, bail};
 use serde_json::{Value, json};
-use tapedeck::client::Passage;
+use tapedeck::client::ReplayMessage;
 use tapedeck::pb::tapedeck::{Location, Recording, RecordingStatus};
 
 use super::escape;
@@ -132,7 +132,7 @@ pub(crate) fn ids(ids: &[Vec<u8>], json: bool, out: &mut impl Write) -> Result<(
 }
 
 /// One replayed chunk as a JSON line.
-pub(crate) fn passage_json(piece: &Passage) -> Value {
+pub(crate) fn message_json(piece: &ReplayMessage) -> Value {
     let (index, committed_at_ms) = piece.chunk.unwrap_or_default();
     json!({
         "index": index,

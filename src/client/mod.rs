@@ -31,7 +31,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint};
 use tonic::{Code, Status};
 
-pub use playback::{Passage, Playback};
+pub use playback::{Playback, ReplayMessage};
 pub use record::{RecordOptions, Recording};
 
 use crate::pb::response_recorder_service_client::ResponseRecorderServiceClient;
@@ -200,7 +200,7 @@ impl Client {
         self.replay_with(id, from, false).await
     }
 
-    /// As [`replay`](Self::replay), one passage per recorded chunk, with its index and commit
+    /// As [`replay`](Self::replay), one message per recorded chunk, with its index and commit
     /// time.
     ///
     /// Fails as [`replay`](Self::replay) does.

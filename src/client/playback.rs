@@ -1,4 +1,4 @@
-//! `Playback`: a replay from the client's side: passages in order, the byte offset reached (to
+//! `Playback`: a replay from the client's side: messages in order, the byte offset reached (to
 //! resume from after a dropped connection), and how the recording ended, from the trailers.
 use tonic::{Status, Streaming};
 
@@ -8,7 +8,7 @@ use crate::pb::{ReplayRequest, ReplayResponse};
 
 /// One message of a replay, as the client receives it.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Passage {
+pub struct ReplayMessage {
     /// Its text.
     pub content: String,
     /// The byte offset just after it: replay from here to continue.
@@ -73,11 +73,11 @@ impl Playback {
         Ok(Opened::Here(Box::new(replay)))
     }
 
-    /// The next passage, or `None` once the recording has ended and everything was read.
+    /// The next message, or `None` once the recording has ended and everything was read.
     ///
     /// Fails with the status that ended the replay (`UNAVAILABLE` when the server shuts down:
     /// replay again from [`offset`](Self::offset)).
-    pub async fn next(&mut self) -> Result<Option<Passage>, Status> {
+    pub async fn next(&mut self) -> Result<Option<ReplayMessage>, Status> {
         let message = match self.first.take() {
             Some(first) => Some(first),
             None if self.done => None,
@@ -89,7 +89,7 @@ impl Playback {
             return Ok(None);
         };
         self.offset = message.offset as u64;
-        Ok(Some(Passage {
+        Ok(Some(ReplayMessage {
             content: message.content,
             offset: self.offset,
             chunk: self
@@ -98,7 +98,7 @@ impl Playback {
         }))
     }
 
-    /// The byte offset after the last passage read.
+    /// The byte offset after the last message read.
     pub fn offset(&self) -> u64 {
         self.offset
     }
