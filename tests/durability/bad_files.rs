@@ -1,8 +1,8 @@
 //! Bad files and settings, with the real binary: a damaged database, a data dir that is a file
 //! or read-only, a port or database already in use. Each start is refused with a non-zero exit
 //! and exactly one line saying what is wrong and what to do, never a panic or a backtrace. A
-//! database left behind by SIGKILL is recovered on the next start (its log replayed) and keeps
-//! its recordings.
+//! database left behind by SIGKILL is recovered on the next start (rolled forward through its
+//! log) and keeps its recordings.
 use crate::common;
 
 use std::ffi::OsStr;
@@ -185,7 +185,7 @@ fn a_database_in_use_by_another_server_is_refused_with_one_clear_line() {
 }
 
 #[tokio::test]
-async fn a_database_left_by_sigkill_replays_its_log_and_keeps_its_recordings() {
+async fn a_database_left_by_sigkill_rolls_forward_through_its_log_and_keeps_its_recordings() {
     let dir = tempfile::tempdir().unwrap();
     let server = BinaryServer::spawn(dir.path(), &[]);
     let client = server.recorder().await;
@@ -204,12 +204,12 @@ async fn a_database_left_by_sigkill_replays_its_log_and_keeps_its_recordings() {
     let (server, log) = BinaryServer::spawn_logged(dir.path(), &["--producer-grace", "0s"]);
     let lines = log.lock().unwrap().clone();
     // redb is back at its last checkpoint (quick-repair: no walk of the file); what was
-    // committed since is replayed from the write-ahead log.
+    // committed since is rolled forward from the write-ahead log.
     assert!(
         lines
             .iter()
-            .any(|l| l.contains("replayed the write-ahead log")),
-        "no replay logged:\n{}",
+            .any(|l| l.contains("rolled the write-ahead log forward")),
+        "no rolling forward logged:\n{}",
         lines.join("\n")
     );
     assert!(lines.iter().any(|l| l.contains("detached")), "{lines:?}");
@@ -238,8 +238,8 @@ async fn a_database_left_by_sigkill_replays_its_log_and_keeps_its_recordings() {
         !log.lock()
             .unwrap()
             .iter()
-            .any(|l| l.contains("repaired it") || l.contains("replaying")),
-        "a clean shutdown needs no repair and leaves nothing to replay"
+            .any(|l| l.contains("repaired it") || l.contains("rolling the write-ahead log")),
+        "a clean shutdown needs no repair and leaves nothing to roll forward"
     );
     assert_eq!(
         replay_text(&server.recorder().await, b"after")
@@ -392,7 +392,7 @@ fn try_serve(data_dir: &Path) -> Outcome {
 }
 
 /// Checks that no run panicked, and that a refusal was exit code 1 and one clear line (serve
-/// may log, as JSON, what it did before it found the damage: a log replayed, say; its refusal
+/// may log, as JSON, what it did before it found the damage: a log rolled forward, say; its refusal
 /// is then the last line).
 fn assert_clean(outcome: &Outcome, what: &str) {
     let stderr = &outcome.stderr;

@@ -1,5 +1,6 @@
 //! The real binary SIGKILLed at the two moments the write-ahead log adds: during a checkpoint
-//! (redb syncing, the log about to be emptied) and during the replay of the log at start-up.
+//! (redb syncing, the log about to be emptied) and while the file is rolled forward through
+//! the log at start-up.
 //! Each kill is made the moment the binary logs that the step begins; after a restart every
 //! acknowledged byte is replayed, and nothing that was not sent.
 use crate::common;
@@ -42,7 +43,7 @@ fn spawn_and_kill_at(
         .arg("--data-dir")
         .arg(dir)
         .args(args)
-        .env("RUST_LOG", "info,tapedeck::store=debug")
+        .env("RUST_LOG", "info,tapedeck_store=debug")
         .stderr(Stdio::piped())
         .spawn()
         .expect("cannot start the tapedeck binary");
@@ -171,7 +172,7 @@ async fn a_kill_during_a_checkpoint_loses_no_acknowledged_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_kill_during_the_replay_of_the_log_loses_nothing() {
+async fn a_kill_while_rolling_forward_through_the_log_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     // No checkpoint while recording: everything is in the log when the binary is killed.
     let server = BinaryServer::spawn(dir.path(), &["--checkpoint-size", "1GiB"]);
@@ -185,21 +186,21 @@ async fn a_kill_during_the_replay_of_the_log_loses_nothing() {
         .len();
     assert!(log > 4_000_000, "the log holds the recordings: {log} bytes");
 
-    // Killed as its replay begins.
+    // Killed as rolling forward begins.
     let (mut child, _, mut events) =
-        spawn_and_kill_at(dir.path(), &[], "replaying the write-ahead log", 1);
+        spawn_and_kill_at(dir.path(), &[], "rolling the write-ahead log forward", 1);
     assert_eq!(next_event(&mut events).await, Event::Killed);
     child.wait().unwrap();
 
-    // The replay was cut short, so the next start replays the whole log again (through a
+    // Rolling forward was cut short, so the next start rolls the whole log forward again (through a
     // cache of redb pages much smaller than the log).
     let (server, lines) = BinaryServer::spawn_logged(dir.path(), &["--cache-size", "1MiB"]);
-    let replayed = lines
+    let rolled = lines
         .lock()
         .unwrap()
         .iter()
-        .any(|line| line.contains("replayed the write-ahead log"));
-    assert!(replayed, "the second start replayed the log again");
+        .any(|line| line.contains("rolled the write-ahead log forward"));
+    assert!(rolled, "the second start rolled the log forward again");
     assert!(server.terminate().await.success());
     check_after_restart(dir.path(), &results).await;
     // A clean stop checkpoints: the log file keeps its length, but nothing in it is waiting.

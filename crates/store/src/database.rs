@@ -1,12 +1,13 @@
 //! The open redb file and its write-ahead log, and how a commit goes to them. What keeps it
 //! going when the disk fails under it (reopening, the reserve for a full disk) is in `disk`.
 use std::path::{Path, PathBuf};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Instant;
 
 use redb::{Database, Durability, ReadableDatabase, WriteTransaction};
 
 use super::disk::Full;
+use super::files::Files;
 use super::replicated::Replicated;
 use super::wal::{self, Redo, Wal};
 use crate::error::{Error, Result};
@@ -15,6 +16,8 @@ use crate::metrics as metric;
 /// The database file, reopened in place after an I/O error. Readers hold it shared for the
 /// length of one read transaction; only the commit pipeline reopens it.
 pub(crate) struct DbHandle {
+    /// The file system the file, its log and the reserve are on.
+    pub(super) files: Arc<dyn Files>,
     pub(super) path: PathBuf,
     pub(super) reserve: PathBuf,
     pub(super) db: RwLock<Option<Database>>,
@@ -32,10 +35,10 @@ pub(crate) struct DbHandle {
 }
 
 impl DbHandle {
-    /// Wraps the database opened at `path`, whose last checkpoint holds every commit up to
-    /// `last_lsn` (its log replayed), with an empty log; and sets the disk reserve aside. A disk
-    /// too full for the reserve starts the store full. Commits become checkpoints once the log
-    /// holds `options.checkpoint_bytes`.
+    /// Wraps the database opened at `path` on `options.files`, whose last checkpoint holds
+    /// every commit up to `last_lsn` (rolled forward through its log), with an empty log; and
+    /// sets the disk reserve aside. A disk too full for the reserve starts the store full.
+    /// Commits become checkpoints once the log holds `options.checkpoint_bytes`.
     pub(crate) fn new(
         path: &Path,
         db: Database,
@@ -44,11 +47,14 @@ impl DbHandle {
     ) -> Result<DbHandle> {
         let reserve = path.with_extension("reserve");
         let wal_path = wal::path_of(path);
-        let wal = Wal::open_empty(&wal_path, last_lsn).map_err(|source| Error::DataDir {
-            path: wal_path,
-            source,
-        })?;
+        let files = options.files.clone();
+        let wal =
+            Wal::open_empty(&*files, &wal_path, last_lsn).map_err(|source| Error::DataDir {
+                path: wal_path,
+                source,
+            })?;
         let handle = DbHandle {
+            files,
             path: path.to_path_buf(),
             reserve,
             db: RwLock::new(Some(db)),
@@ -135,7 +141,7 @@ impl DbHandle {
         }
     }
 
-    /// Whether the file was reopened since the last call (replaying the log into it).
+    /// Whether the file was reopened since the last call (rolling it forward through the log).
     pub(crate) fn take_reopened(&self) -> bool {
         self.reopened
             .swap(false, std::sync::atomic::Ordering::Relaxed)
@@ -188,10 +194,10 @@ impl DbHandle {
 
     /// Whether a commit of about `changes` bytes is to be a checkpoint: the log has reached the
     /// checkpoint size, or would reach an eighth of the disk's free space. The second keeps
-    /// what redb must write at the next checkpoint, or replay after reopening (after a
+    /// what redb must write at the next checkpoint, or roll forward after reopening (after a
     /// disk-full error above all), within the room there is: with the disk nearly full every
-    /// commit is a checkpoint, as if there were no log, and a reopen has nothing to replay. So
-    /// it is while the disk is full.
+    /// commit is a checkpoint, as if there were no log, and a reopen has nothing to roll
+    /// forward. So it is while the disk is full.
     pub(crate) fn checkpoint_due(&self, changes: u64) -> bool {
         if let Some(replicated) = &self.replicated {
             return replicated.checkpoint_due(changes, self.checkpoint_bytes);
@@ -204,8 +210,8 @@ impl DbHandle {
             return true;
         }
         let dir = self.path.parent().unwrap_or(&self.path);
-        match rustix::fs::statvfs(dir) {
-            Ok(fs) => wal.len() + changes >= fs.f_bavail.saturating_mul(fs.f_frsize) / 8,
+        match self.files.available(dir) {
+            Ok(available) => wal.len() + changes >= available / 8,
             Err(_) => false,
         }
     }
@@ -250,7 +256,7 @@ fn checkpoint(txn: WriteTransaction, wal: &mut Wal) -> Result<()> {
     let elapsed_ms = started.elapsed().as_millis() as u64;
     tracing::debug!(lsn, elapsed_ms, "checkpoint done");
     if let Err(err) = wal.reset(lsn) {
-        // Its frames are all held by the checkpoint now: a replay skips them.
+        // Its frames are all held by the checkpoint now: rolling forward skips them.
         tracing::warn!(error = %err, "could not empty the write-ahead log; the next commit is a checkpoint");
     }
     metrics::gauge!(metric::WAL_BYTES).set(wal.len() as f64);

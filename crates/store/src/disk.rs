@@ -1,14 +1,15 @@
 //! What keeps the store going when the disk fails under it: after an I/O error redb refuses
 //! every further operation until the file is opened again, so the commit pipeline reopens it
-//! (replaying the log); and a reserve file keeps room to end recordings and collect old ones
-//! once the disk is full, while recordings that would grow the file are refused.
-use std::io::Write;
+//! (rolling it forward through the log); and a reserve file keeps room to end recordings and
+//! collect old ones once the disk is full, while recordings that would grow the file are
+//! refused.
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use redb::Database;
 
 use super::database::DbHandle;
+use super::files::{Files, OpenMode};
 use crate::error::{Error, Result};
 
 /// Disk space set aside next to the database, given back when the disk fills up.
@@ -25,7 +26,8 @@ pub(super) struct Full {
 impl DbHandle {
     /// Called after a commit failed with `err`: on a full disk the reserve is given back and
     /// the store refuses to grow until there is room again; after an I/O error that left redb
-    /// refusing to go on, the file is reopened (at its last checkpoint, the log replayed).
+    /// refusing to go on, the file is reopened (at its last checkpoint, rolled forward through
+    /// the log).
     pub(crate) fn recover(&self, err: &Error) {
         let disk_full = matches!(err.root(), Error::DiskFull { .. });
         if disk_full {
@@ -85,7 +87,7 @@ impl DbHandle {
             return;
         }
         let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
-        let size = || std::fs::metadata(&self.path).map_or(0, |m| m.len());
+        let size = || self.files.len(&self.path).unwrap_or(0);
         let before = size();
         if let Some(db) = db.as_mut() {
             match db.compact() {
@@ -102,12 +104,12 @@ impl DbHandle {
         self.lock_full().last_try = None;
     }
 
-    /// Closes and reopens the file if redb refuses to go on (replaying the log over its last
-    /// checkpoint); with `release_reserve`, the reserve is deleted first so that the replay and
-    /// the commits that follow have room.
+    /// Closes and reopens the file if redb refuses to go on (rolling its last checkpoint
+    /// forward through the log); with `release_reserve`, the reserve is deleted first so that
+    /// rolling forward and the commits that follow have room.
     pub(super) fn reopen(&self, release_reserve: bool) -> Result<()> {
         if release_reserve
-            && let Err(err) = std::fs::remove_file(&self.reserve)
+            && let Err(err) = self.files.remove(&self.reserve)
             && err.kind() != std::io::ErrorKind::NotFound
         {
             tracing::warn!(error = %err, "could not release the disk reserve");
@@ -125,7 +127,8 @@ impl DbHandle {
         drop(db.take());
         // redb lost the commits made since its checkpoint; the log gives them back, and its
         // unfolded chunks are folded into the file.
-        let (reopened, last_lsn) = super::recovery::reopen(&self.path, self.cache_bytes)?;
+        let (reopened, last_lsn) =
+            super::recovery::reopen(&*self.files, &self.path, self.cache_bytes)?;
         *db = Some(reopened);
         self.reopened
             .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -140,8 +143,10 @@ impl DbHandle {
     /// there is room for as much again besides, so that leaving the full state does not fill
     /// the disk at once.
     pub(super) fn restore_reserve(&self, headroom: bool) -> std::io::Result<()> {
-        let missing =
-            !std::fs::metadata(&self.reserve).is_ok_and(|m| m.len() >= RESERVE_BYTES as u64);
+        let files = &*self.files;
+        let missing = !files
+            .len(&self.reserve)
+            .is_ok_and(|len| len >= RESERVE_BYTES as u64);
         if headroom {
             // Looked for first, so that a failed look leaves the room to the commits.
             let probe = self.reserve.with_extension("reserve.probe");
@@ -150,16 +155,16 @@ impl DbHandle {
             } else {
                 RESERVE_BYTES
             };
-            let room = fill(&probe, needed, false);
-            let _ = std::fs::remove_file(&probe);
+            let room = fill(files, &probe, needed, false);
+            let _ = files.remove(&probe);
             room?;
         }
         if missing {
             let partial = self.reserve.with_extension("reserve.tmp");
-            let written = fill(&partial, RESERVE_BYTES, true)
-                .and_then(|()| std::fs::rename(&partial, &self.reserve));
+            let written = fill(files, &partial, RESERVE_BYTES, true)
+                .and_then(|()| files.rename(&partial, &self.reserve));
             if written.is_err() {
-                let _ = std::fs::remove_file(&partial);
+                let _ = files.remove(&partial);
             }
             written?;
         }
@@ -167,13 +172,14 @@ impl DbHandle {
     }
 }
 
-/// Writes `bytes` of real bytes (not a sparse length: the space must be taken now) to a new
-/// file at `path`.
-fn fill(path: &Path, bytes: usize, sync: bool) -> std::io::Result<()> {
-    let mut file = std::fs::File::create(path)?;
+/// Writes `bytes` of real bytes (not a sparse length: the space must be taken now) to a file
+/// at `path` on `files`, created or emptied first.
+fn fill(files: &dyn Files, path: &Path, bytes: usize, sync: bool) -> std::io::Result<()> {
+    let file = files.open(path, OpenMode::Create)?;
+    file.set_len(0)?;
     let block = vec![0xA5u8; 64 * 1024];
-    for _ in 0..bytes.div_ceil(block.len()) {
-        file.write_all(&block)?;
+    for at in 0..bytes.div_ceil(block.len()) {
+        file.write((at * block.len()) as u64, &block)?;
     }
     if sync {
         file.sync_all()?;

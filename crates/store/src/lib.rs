@@ -7,8 +7,8 @@
 //! layout can change without touching callers.
 //!
 //! # Layout
-//! - `schema`: the tables and how their values are encoded; `stored`: one recording's chunks
-//!   as a read transaction sees them; `journal`: live recordings' newest chunks, held in
+//! - `schema`: the tables and how their values are encoded; `stored_chunks`: one recording's
+//!   chunks as a read transaction sees them; `journal`: live recordings' newest chunks, held in
 //!   memory (durable in the log) until they are folded into `chunks`.
 //! - `live`: the seam to the recorder (chunks, the hooks the pipeline calls).
 //! - `options`: [`StoreOptions`]; `writes`: a recording's writes (start, attach, append, end).
@@ -18,13 +18,17 @@
 //!   collection of expired recordings; `tables/streams`, the `streams` rows and fork counts;
 //!   `tables/folds`, the end of a transaction's work);
 //!   `publish`: what happens after a commit, or after a failed one.
+//! - `files`: the seam under the store, [`Files`]: every read, write, sync, rename and removal
+//!   of the database file, its log and the disk reserve goes through it ([`RealFiles`] by
+//!   default, a simulated disk in a test).
 //! - `database`: the open file and its write-ahead log, how a commit goes to them; `disk`:
 //!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
-//!   logged tables, the encoded changes, the replay); `recovery`: opening a file, replaying
-//!   its log, checking its schema, and finding what the last run left live;
-//!   `upgrade`: rewriting files of older schemas; `replicated`: the store as a node of a
-//!   cluster (commits proposed to its log, committed entries applied); `reads`: the read API; `listing`: reading
-//!   rows, tombstones and pages of them.
+//!   logged tables, the encoded changes, rolling a file forward through the log);
+//!   `recovery`: opening a file, rolling it forward, checking its schema, and finding what
+//!   the last run left live; `upgrade`: rewriting files of older schemas; `replicated`: the
+//!   store as a node of a cluster (commits proposed to its log, committed entries applied);
+//!   `table_dump`: a node's tables as one stream of bytes, what a snapshot of the cluster's
+//!   log holds; `reads`: the read API; `listing`: reading rows, tombstones and pages of them.
 //! - `offline`: the `tapedeck db` tools; `overlay`: the storage they read a file through,
 //!   holding redb's writes in memory so that a check never changes the file.
 
@@ -34,6 +38,7 @@ use tapedeck_core::{clock, error, id, metrics, status};
 mod batch;
 mod database;
 mod disk;
+mod files;
 mod journal;
 mod kept_unfolded;
 mod listing;
@@ -52,9 +57,9 @@ pub mod schema;
 mod seal_marks;
 mod sealing;
 mod segment;
-mod snapshot;
-mod stored;
+mod stored_chunks;
 mod stream_row;
+mod table_dump;
 mod tables;
 #[cfg(test)]
 mod tests;
@@ -73,6 +78,7 @@ use crate::clock::Clock;
 use crate::error::{Error, Result};
 pub use batch::{Batch, BatchCommitted};
 use database::DbHandle;
+pub use files::{FileHandle, Files, OpenMode, RealFiles};
 use journal::JournalIndex;
 pub use listing::{Lookup, Page, PageToken};
 pub use live::{Admission, Admit, Admitted, Chunk, Committed, Live, LiveRecording, Resumed};
@@ -130,14 +136,14 @@ impl std::fmt::Debug for Store {
 }
 
 impl Store {
-    /// Opens or creates the database file at `path`, recovers it, and starts the commit
-    /// pipeline. Blocking: call it before serving, or from `spawn_blocking`.
+    /// Opens or creates the database file at `path` (on `options.files`), recovers it, and
+    /// starts the commit pipeline. Blocking: call it before serving, or from `spawn_blocking`.
     ///
     /// Fails when the file cannot be opened, is not a tapedeck database of this version, or
     /// recovery cannot be committed.
     pub fn open(path: &Path, options: StoreOptions) -> Result<Store> {
         let retention_ms = options.retention.as_millis() as u64;
-        let opened = recovery::open(path, options.cache_bytes)?;
+        let opened = recovery::open(&*options.files, path, options.cache_bytes)?;
         let mut recovered = opened.live;
         let db = DbHandle::new(path, opened.db, opened.last_lsn, &options)?;
         let db = Arc::new(db);

@@ -6,7 +6,7 @@ use redb::ReadTransaction;
 
 use super::journal::JournalView;
 use super::schema::{self, RECORDINGS, RecordingMeta, STARTED, TOMBSTONES, Tombstone};
-use super::stored::StoredChunks;
+use super::stored_chunks::StoredChunks;
 use crate::error::{Error, Result};
 use crate::status::Status;
 

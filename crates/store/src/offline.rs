@@ -3,13 +3,14 @@
 //! clearly, while a server holds the file.
 //!
 //! Each tool first has redb check the whole file (every page's checksum) through an
-//! [`Overlay`], which keeps whatever redb writes (its recovery, a replayed log) in memory: a
-//! damaged file is refused with one line and is never written, and no tool reports numbers
-//! or "no problems" off a file redb's check finds damaged. Only `compact`, on a file that
-//! passed, writes to it.
+//! [`Overlay`], which keeps whatever redb writes (its recovery, rolling forward through the
+//! log) in memory: a damaged file is refused with one line and is never written, and no tool
+//! reports numbers or "no problems" off a file redb's check finds damaged. Only `compact`, on
+//! a file that passed, writes to it.
 //!
 //! The statistics are read in `stats`, the invariants checked in `check`; this file opens and
-//! verifies the file for each tool, and compacts it.
+//! verifies the file for each tool, and compacts it. The tools reach the file through the
+//! store's seam ([`Files`]), on the operating system's file system.
 mod check;
 mod stats;
 
@@ -20,6 +21,7 @@ use redb::{Database, DatabaseError, StorageBackend};
 pub use check::Problems;
 pub use stats::Stats;
 
+use super::files::{Files, OpenMode, RealFiles, database_on};
 use super::overlay::Overlay;
 use super::recovery::quietly_catch_panic;
 use super::schema::META;
@@ -32,8 +34,9 @@ use crate::error::{Error, Result};
 /// Fails with `Offline` when the file cannot be opened (a running server holds it) or redb's
 /// integrity check finds it damaged, or with a decoding error.
 pub fn stats(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Stats> {
-    let db = verified(path)?;
-    guarded(path, || stats::read_stats(&db, path, progress))
+    let files = &RealFiles;
+    let db = verified(files, path)?;
+    guarded(path, || stats::read_stats(&db, files, path, progress))
 }
 
 /// Checks `path` without changing it: redb's own integrity check, then, with the commits its
@@ -45,9 +48,10 @@ pub fn stats(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Stats> {
 /// Fails with `Offline` when the file cannot be opened (a running server holds it) or redb's
 /// integrity check finds it damaged.
 pub fn check(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Problems> {
-    let db = verified(path)?;
+    let files = &RealFiles;
+    let db = verified(files, path)?;
     guarded(path, || {
-        wal::replay(&db, &wal::path_of(path))?;
+        wal::roll_forward(&db, files, &wal::path_of(path))?;
         check::check_invariants(&db, progress)
     })
 }
@@ -59,15 +63,12 @@ pub fn check(path: &Path, progress: impl FnMut(u64, u64)) -> Result<Problems> {
 /// Fails with `Offline` when the file cannot be opened (a running server holds it) or is
 /// damaged, or with `Storage` when it cannot be compacted.
 pub fn compact(path: &Path) -> Result<(u64, u64)> {
-    let size = || {
-        std::fs::metadata(path)
-            .map(|m| m.len())
-            .map_err(Error::storage)
-    };
+    let files = &RealFiles;
+    let size = || files.len(path).map_err(Error::storage);
     let before = size()?;
-    drop(verified(path)?);
+    drop(verified(files, path)?);
     guarded(path, || {
-        let mut db = open_replayed(path)?;
+        let mut db = open_rolled_forward(files, path)?;
         while db.compact().map_err(Error::storage)? {}
         drop(db);
         Ok(())
@@ -78,15 +79,14 @@ pub fn compact(path: &Path) -> Result<(u64, u64)> {
 /// Bytes of pages redb may cache while a tool reads a file.
 const TOOL_CACHE_BYTES: usize = 64 * 1024 * 1024;
 
-/// `path` opened through an [`Overlay`] (nothing is written to the file) and checked by redb:
-/// every page of its committed trees matches its checksum.
+/// `path` on `files` opened through an [`Overlay`] (nothing is written to the file) and
+/// checked by redb: every page of its committed trees matches its checksum.
 ///
 /// Fails with `Offline` when it cannot be opened, is in use, or is damaged.
-fn verified(path: &Path) -> Result<Database> {
-    let file = std::fs::File::options()
-        .read(true)
-        .write(true)
-        .open(path)
+fn verified(files: &dyn Files, path: &Path) -> Result<Database> {
+    // For writing: redb's exclusive lock needs a writable descriptor. Nothing is written.
+    let file = files
+        .open_database(path, OpenMode::Write)
         .map_err(|err| Error::Offline {
             reason: format!("cannot open {}: {err}", path.display()),
         })?;
@@ -154,11 +154,12 @@ pub(super) fn meta_number(txn: &redb::ReadTransaction, name: &str) -> Result<Opt
     Ok(meta.get(name).map_err(Error::storage)?.map(|v| v.value()))
 }
 
-/// Opens `path` for writing, with the commits its write-ahead log holds (a server that crashed
-/// left them there) applied first.
-fn open_replayed(path: &Path) -> Result<Database> {
-    let db = Database::open(path).map_err(|err| open_error(path, err))?;
-    wal::replay(&db, &wal::path_of(path))?;
+/// Opens `path` on `files` for writing, with the commits its write-ahead log holds (a server
+/// that crashed left them there) applied first.
+fn open_rolled_forward(files: &dyn Files, path: &Path) -> Result<Database> {
+    let db = database_on(files, &redb::Builder::new(), path, OpenMode::Write)
+        .map_err(|err| open_error(path, err))?;
+    wal::roll_forward(&db, files, &wal::path_of(path))?;
     Ok(db)
 }
 

@@ -3,6 +3,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::clock::{Clock, SystemClock};
+use crate::files::{Files, RealFiles};
 
 /// Most chunks deleted by one sweep commit, so a large sweep never stalls producers for long.
 pub const MAX_CHUNKS_PER_SWEEP_COMMIT: u64 = 10_000;
@@ -32,7 +33,7 @@ pub struct StoreOptions {
     /// Source of timestamps and expiry times. Default the system clock.
     pub clock: Arc<dyn Clock>,
     /// Size the write-ahead log grows to before a checkpoint empties it; bounds what a restart
-    /// after a crash replays. Default 32 MiB.
+    /// after a crash rolls forward. Default 32 MiB.
     pub checkpoint_bytes: u64,
     /// Memory redb keeps pages of the file in (reads beyond it come from the OS page cache).
     /// Default 16 MiB.
@@ -45,6 +46,10 @@ pub struct StoreOptions {
     /// [`Store::replicate_through`](super::Store::replicate_through)) and committed entries
     /// are applied with [`Store::apply_entry`](super::Store::apply_entry). Default false.
     pub replicated: bool,
+    /// The file system the database file, its write-ahead log and the disk reserve are on:
+    /// every read, write, sync, rename and removal of them goes through it. Default the
+    /// operating system's ([`RealFiles`]); a test may put a simulated disk here.
+    pub files: Arc<dyn Files>,
 }
 
 impl Default for StoreOptions {
@@ -57,6 +62,7 @@ impl Default for StoreOptions {
             cache_bytes: DEFAULT_CACHE_BYTES as usize,
             commit_interval: DEFAULT_COMMIT_INTERVAL,
             replicated: false,
+            files: Arc::new(RealFiles),
         }
     }
 }

@@ -1,14 +1,13 @@
 //! A redb storage backend that reads a database file and keeps every write in memory: the
-//! offline tools let redb check, repair and replay a file through it without changing a byte
-//! of the file. Locks go to the file itself, so a running server's lock is still respected.
+//! offline tools let redb check, repair and roll a file forward through it without changing a
+//! byte of the file. Locks go to the file itself, so a running server's lock is still
+//! respected.
 use std::collections::BTreeMap;
 use std::collections::btree_map::Entry;
-use std::fs::File;
 use std::io;
 use std::ops::Bound;
 use std::sync::Mutex;
 
-use redb::backends::FileBackend;
 use redb::{BackendError, StorageBackend};
 
 /// Granularity of the copies kept in memory; redb writes whole pages of this size or more.
@@ -17,7 +16,7 @@ const BLOCK: u64 = 4096;
 /// The file, read through, with what was written over it held in memory.
 #[derive(Debug)]
 pub(crate) struct Overlay {
-    file: FileBackend,
+    file: Box<dyn StorageBackend>,
     state: Mutex<State>,
 }
 
@@ -33,13 +32,13 @@ struct State {
 }
 
 impl Overlay {
-    /// An overlay over `file`, which must be open for reading and writing: redb's exclusive
-    /// lock needs a writable descriptor. Nothing is ever written to it.
+    /// An overlay over `file` (as [`Files::open_database`](crate::files::Files::open_database)
+    /// opened it), which must be open for reading and writing: redb's exclusive lock needs a
+    /// writable descriptor. Nothing is ever written to it.
     ///
     /// Fails when the file's length cannot be read.
-    pub(crate) fn new(file: File) -> io::Result<Self> {
-        let len = file.metadata()?.len();
-        let file = FileBackend::new(file).map_err(io::Error::other)?;
+    pub(crate) fn new(file: Box<dyn StorageBackend>) -> io::Result<Self> {
+        let len = file.len()?;
         Ok(Self {
             file,
             state: Mutex::new(State {
@@ -184,7 +183,12 @@ mod tests {
         let path = dir.path().join("f");
         let original: Vec<u8> = (0..3 * BLOCK + 100).map(|i| i as u8).collect();
         std::fs::write(&path, &original).unwrap();
-        let file = File::options().read(true).write(true).open(&path).unwrap();
+        let file = crate::files::Files::open_database(
+            &crate::files::RealFiles,
+            &path,
+            crate::files::OpenMode::Write,
+        )
+        .unwrap();
         let overlay = Overlay::new(file).unwrap();
         overlay.write(BLOCK - 2, &[0xaa; 4]).unwrap();
         let mut out = vec![0; 8];

@@ -87,14 +87,14 @@ impl Writer {
                 break;
             }
         }
-        // So that the next start has no log to replay. A node of a cluster applies the
+        // So that the next start has no log to roll forward. A node of a cluster applies the
         // entries past its last checkpoint again instead.
         if self.db.replicated.is_some() {
             tracing::debug!("commit pipeline stopped");
             return;
         }
         if let Err(err) = self.checkpoint() {
-            tracing::error!(error = %err, "could not checkpoint at shutdown; the next start replays the write-ahead log");
+            tracing::error!(error = %err, "could not checkpoint at shutdown; the next start rolls the write-ahead log forward");
         }
         tracing::debug!("commit pipeline stopped");
     }
@@ -192,8 +192,8 @@ impl Writer {
         committed
     }
 
-    /// Begins a write transaction. If the file had to be reopened (replaying the log, which
-    /// folds every chunk it holds), no chunk is unfolded any more.
+    /// Begins a write transaction. If the file had to be reopened (rolled forward through the
+    /// log, which folds every chunk it holds), no chunk is unfolded any more.
     pub(super) fn begin_write(&self) -> Result<redb::WriteTransaction> {
         let txn = self.db.begin_write();
         if self.db.take_reopened() {

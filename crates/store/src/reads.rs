@@ -5,7 +5,7 @@ use super::Store;
 use super::listing::{self, Lookup, Page, PageToken};
 use super::live::Chunk;
 use super::schema::{self, RecordingMeta};
-use super::stored::{self, StoredChunks};
+use super::stored_chunks::{self, StoredChunks};
 use crate::error::{Error, Result};
 use crate::status::Status;
 
@@ -136,7 +136,7 @@ impl Store {
                 let mid = low + (high - low) / 2;
                 let start = chunks
                     .offset_of(mid)?
-                    .ok_or_else(|| stored::being_collected(key))?;
+                    .ok_or_else(|| stored_chunks::being_collected(key))?;
                 if start <= offset {
                     low = mid;
                 } else {
@@ -171,7 +171,7 @@ fn check_generation(
     let recordings = txn.open_table(schema::RECORDINGS).map_err(Error::storage)?;
     let meta = match recordings.get(key).map_err(Error::storage)? {
         Some(bytes) => schema::decode_meta(bytes.value())?,
-        None => return Err(stored::being_collected(key)),
+        None => return Err(stored_chunks::being_collected(key)),
     };
     if meta.generation != generation {
         return Err(Error::Superseded);

@@ -1,4 +1,5 @@
-//! Opening the database file: creating it, replaying its write-ahead log, checking its schema
+//! Opening the database file: creating it, rolling it forward through its write-ahead log,
+//! checking its schema
 //! version (upgrading older files), folding the journal (its in-memory index did not survive),
 //! and finding the recordings the last run left live, whose producers are gone: the recorder
 //! adopts them as detached recordings, which their producers may resume.
@@ -7,12 +8,13 @@ use std::path::Path;
 
 use redb::{Database, ReadableDatabase, ReadableTable};
 
+use super::files::{Files, OpenMode, database_on};
 use super::journal::{self, JournalView};
 use super::schema::{
     CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, STARTED,
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta,
 };
-use super::stored::StoredChunks;
+use super::stored_chunks::StoredChunks;
 use super::upgrade;
 use super::wal;
 use crate::error::{Error, Result};
@@ -45,24 +47,24 @@ pub(crate) struct Opened {
     pub live: Vec<RecoveredLive>,
 }
 
-/// Opens (or creates) the database at `path`, repairing it after a crash and replaying its
-/// write-ahead log, upgrades an older schema, folds the journal into `chunks`, and finds the
-/// recordings still `recording`.
+/// Opens (or creates) the database at `path` on `files`, repairing it after a crash and
+/// rolling it forward through its write-ahead log, upgrades an older schema, folds the journal
+/// into `chunks`, and finds the recordings still `recording`.
 ///
 /// Fails when the file is not a redb database, has a newer schema version, or cannot be read,
-/// or its log cannot be replayed.
-pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Opened> {
+/// or its log cannot be rolled forward.
+pub(crate) fn open(files: &dyn Files, path: &Path, cache_bytes: usize) -> Result<Opened> {
     // redb may panic on a file it cannot make sense of, when opening it or when first reading
     // its tables; that is a damaged file, reported as such, not a crash of tapedeck.
     let opened = quietly_catch_panic(|| {
-        let mut db = create(path, cache_bytes)?;
-        let replayed = wal::replay(&db, &wal::path_of(path))?;
-        if replayed.commits > 0 {
-            // The replay filled redb's cache with pages the server may never read again:
-            // closed (cleanly, at the checkpoint the replay ended with) and opened again, it
-            // starts with an empty one, as after a clean stop.
+        let mut db = create(files, path, cache_bytes)?;
+        let rolled = wal::roll_forward(&db, files, &wal::path_of(path))?;
+        if rolled.commits > 0 {
+            // Rolling forward filled redb's cache with pages the server may never read again:
+            // closed (cleanly, at the checkpoint that ended it) and opened again, it starts
+            // with an empty one, as after a clean stop.
             drop(db);
-            db = create(path, cache_bytes)?;
+            db = create(files, path, cache_bytes)?;
         }
         check_schema(&db, path)?;
         fold_journal(&db)?;
@@ -72,7 +74,7 @@ pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Opened> {
         drop(txn);
         Ok(Opened {
             db,
-            last_lsn: replayed.last_lsn,
+            last_lsn: rolled.last_lsn,
             live,
         })
     });
@@ -90,16 +92,20 @@ pub(crate) fn open(path: &Path, cache_bytes: usize) -> Result<Opened> {
 }
 
 /// Opens the file again after an I/O error made redb refuse to go on; redb goes back to its
-/// last checkpoint and the write-ahead log is replayed over it. Recordings still live stay
-/// live: their producers are still attached. Returns the database and the LSN its checkpoint
-/// now holds.
+/// last checkpoint, which is rolled forward through the write-ahead log. Recordings still live
+/// stay live: their producers are still attached. Returns the database and the LSN its
+/// checkpoint now holds.
 ///
 /// Fails as opening it at start-up does.
-pub(crate) fn reopen(path: &Path, cache_bytes: usize) -> Result<(Database, u64)> {
+pub(crate) fn reopen(
+    files: &dyn Files,
+    path: &Path,
+    cache_bytes: usize,
+) -> Result<(Database, u64)> {
     quietly_catch_panic(|| {
-        let db = create(path, cache_bytes)?;
-        let replayed = wal::replay(&db, &wal::path_of(path))?;
-        Ok((db, replayed.last_lsn))
+        let db = create(files, path, cache_bytes)?;
+        let rolled = wal::roll_forward(&db, files, &wal::path_of(path))?;
+        Ok((db, rolled.last_lsn))
     })
     .unwrap_or_else(|panic| Err(unreadable(path, panic)))
 }
@@ -168,7 +174,7 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
-fn create(path: &Path, cache_bytes: usize) -> Result<Database> {
+fn create(files: &dyn Files, path: &Path, cache_bytes: usize) -> Result<Database> {
     let repaired = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let flag = repaired.clone();
     let mut builder = Database::builder();
@@ -177,8 +183,7 @@ fn create(path: &Path, cache_bytes: usize) -> Result<Database> {
     // process grow by as much as it reads or writes.
     builder.set_cache_size(cache_bytes);
     builder.set_repair_callback(move |_| flag.store(true, std::sync::atomic::Ordering::Relaxed));
-    let db = builder
-        .create(path)
+    let db = database_on(files, &builder, path, OpenMode::Create)
         .map_err(|source| open_error(path, source))?;
     if repaired.load(std::sync::atomic::Ordering::Relaxed) {
         tracing::warn!(path = %path.display(), "database was not closed cleanly; repaired it");

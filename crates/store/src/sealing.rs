@@ -9,7 +9,7 @@ use super::live::Chunk;
 use super::ops::Op;
 use super::schema::{self, EXPIRY, RECORDINGS, RecordingMeta};
 use super::seal_marks::{SEALED, SealMark, Sealing};
-use super::stored::StoredChunks;
+use super::stored_chunks::StoredChunks;
 use super::stream_row::{STREAMS, StreamRow};
 use crate::error::{Error, Result};
 use crate::status::Status;

@@ -7,8 +7,8 @@
 //! Invariants: a recording's folded chunks are a prefix of it, and its unfolded chunks the
 //! rest. Every chunk unfolded in memory was appended since the last checkpoint, so the log
 //! holds it: a checkpoint folds every recording's unfolded chunks first (its last segment may
-//! then be short; the next fold packs more chunks into it). After a crash, replaying the log
-//! rebuilds the unfolded chunks and folds them into `chunks`.
+//! then be short; the next fold packs more chunks into it). After a crash, rolling the file
+//! forward through the log rebuilds the unfolded chunks and folds them into `chunks`.
 use std::collections::HashMap;
 use std::sync::Mutex;
 
@@ -16,12 +16,12 @@ use super::segment::SEGMENT_BYTES;
 use super::wal::Logged;
 
 mod delta;
+mod legacy_table;
 mod packing;
-mod stored;
 
 pub(crate) use delta::JournalDelta;
+pub(crate) use legacy_table::{decode_run, fold_all};
 pub(crate) use packing::plan_fold;
-pub(crate) use stored::{decode_run, fold_all};
 
 /// Chunks at least this long go straight into `chunks`, as segments of their own, while their
 /// recording has nothing unfolded: no other chunk would fit beside them in a segment.
@@ -238,8 +238,8 @@ impl JournalIndex {
         self.lock().chunks
     }
 
-    /// Forgets every unfolded chunk: the log they were in was replayed into `chunks` (after
-    /// the file was reopened), so they are all folded now.
+    /// Forgets every unfolded chunk: the file was rolled forward through the log they were in
+    /// (after it was reopened), which folded them into `chunks`.
     pub(crate) fn clear(&self) {
         *self.lock() = Unfolded::default();
     }

@@ -1,7 +1,7 @@
 //! How unfolded chunks are folded into `chunks`: packed into segments that follow the
 //! recording's last one, or into that last one itself while it has room (a checkpoint or a
-//! recording's end may have left it short). The writer and the log's replay fold alike, so
-//! that replaying a fold writes the segment it wrote.
+//! recording's end may have left it short). The writer and rolling forward through the log
+//! fold alike, so that a fold applied again writes the segment it wrote.
 use redb::ReadableTable;
 
 use super::super::segment::{self, Segment};

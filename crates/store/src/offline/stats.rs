@@ -7,6 +7,7 @@ use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::meta_number;
 use crate::error::{Error, Result};
+use crate::files::Files;
 use crate::schema::{self, CHUNKS, JOURNAL, RECORDINGS, TOMBSTONES};
 use crate::seal_marks::{SEALED, SealMark};
 use crate::segment::Segment;
@@ -46,9 +47,10 @@ pub struct Stats {
     pub log_bytes: u64,
 }
 
-/// Counts what `db`, the file at `path`, holds.
+/// Counts what `db`, the file at `path` on `files`, holds.
 pub(super) fn read_stats(
     db: &Database,
+    files: &dyn Files,
     path: &Path,
     mut progress: impl FnMut(u64, u64),
 ) -> Result<Stats> {
@@ -61,15 +63,16 @@ pub(super) fn read_stats(
     let segmented = meta_number(&txn, schema::SCHEMA_VERSION_KEY)?.is_some_and(|v| v >= 4);
     let checkpoint = meta_number(&txn, wal::CHECKPOINT_LSN_KEY)?.unwrap_or(0);
     let wal_path = wal::path_of(path);
-    let log_bytes = wal::pending_bytes(&wal_path, checkpoint).map_err(|source| Error::DataDir {
-        path: wal_path.clone(),
-        source,
-    })?;
+    let log_bytes =
+        wal::pending_bytes(files, &wal_path, checkpoint).map_err(|source| Error::DataDir {
+            path: wal_path.clone(),
+            source,
+        })?;
     let mut stats = Stats {
         segments: chunks.len().map_err(Error::storage)?,
         journal_backlog: journal.len().map_err(Error::storage)?,
         tombstones: tombstones.len().map_err(Error::storage)?,
-        file_bytes: std::fs::metadata(path).map_err(Error::storage)?.len(),
+        file_bytes: files.len(path).map_err(Error::storage)?,
         log_bytes,
         ..Stats::default()
     };

@@ -9,7 +9,7 @@ use redb::ReadableTableMetadata;
 
 use super::super::journal::DIRECT_CHUNK_BYTES;
 use super::super::schema;
-use super::super::stored::StoredChunks;
+use super::super::stored_chunks::StoredChunks;
 use super::{
     Producer, TestStore, acked, all_chunks, fresh, id, open, record, stored_chunks, texts_of,
 };
@@ -277,9 +277,9 @@ async fn a_checkpoint_folds_everything_and_later_folds_fill_its_short_segment() 
 }
 
 /// The store's files as a crash would leave them: copied while it is idle, every commit
-/// acknowledged (in the log) and redb behind at its last checkpoint. Opening the copy replays
-/// the log: appends, folds into a short segment, a recording replaced; and what was unfolded
-/// at the "crash" is folded.
+/// acknowledged (in the log) and redb behind at its last checkpoint. Opening the copy rolls it
+/// forward through the log: appends, folds into a short segment, a recording replaced; and
+/// what was unfolded at the "crash" is folded.
 #[tokio::test]
 async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     let (dir, _clock, store) = fresh();
@@ -324,7 +324,7 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
     assert_eq!(
         sizes[..folded_before.len()],
         folded_before,
-        "the folds were replayed as they were made"
+        "the folds were made again as they were made"
     );
     assert_eq!(sizes.len(), folded_before.len() + 1, "{sizes:?}");
     assert_eq!(
@@ -336,11 +336,12 @@ async fn the_log_rebuilds_unfolded_chunks_and_folds_after_a_crash() {
 }
 
 /// When the file has to be reopened (after an I/O error redb refuses to go on, and goes back
-/// to its last checkpoint), the log's replay folds the chunks that were unfolded in memory:
-/// the pipeline must let go of them, or its next fold would pack them a second time. Here the
-/// file is closed under the running store and put back as it was at the checkpoint.
+/// to its last checkpoint), rolling forward through the log folds the chunks that were unfolded
+/// in memory: the pipeline must let go of them, or its next fold would pack them a second
+/// time. Here the file is closed under the running store and put back as it was at the
+/// checkpoint.
 #[tokio::test]
-async fn after_the_file_is_reopened_the_replayed_chunks_are_not_folded_again() {
+async fn after_the_file_is_reopened_the_rolled_forward_chunks_are_not_folded_again() {
     let (dir, _clock, store) = fresh();
     let mut long = store.start(&id("long")).await.unwrap();
     let (key, generation) = (long.recording().key(), long.recording().generation());
@@ -353,7 +354,7 @@ async fn after_the_file_is_reopened_the_replayed_chunks_are_not_folded_again() {
 
     assert!(store.inner.db.close());
     std::fs::write(&db, at_checkpoint).unwrap();
-    // The next commit reopens the file, replaying the log over the checkpoint.
+    // The next commit reopens the file, rolling the checkpoint forward through the log.
     append_tokens(&mut long, 3_000..6_000).await;
     long.finish(Status::Completed, None).await.unwrap();
     let mut expected = vec!["a ".to_string(), "few ".to_string()];

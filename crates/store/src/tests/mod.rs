@@ -1,8 +1,10 @@
 //! Store tests against real redb files in temporary directories, with a stand-in for the
 //! recorder's live recordings (`stand_in`): round trips, reopening after a clean close and
-//! after a SIGKILL, collecting expired recordings, supersede, limits and refusals, and the
-//! journal.
+//! after a SIGKILL, collecting expired recordings, supersede, limits and refusals, the
+//! journal, and the file system seam under it all (`files`, over the real file system watched
+//! by `watched_files`).
 
+mod files;
 mod group_commit;
 mod journal;
 mod lifecycle;
@@ -11,6 +13,7 @@ mod sealing;
 mod stand_in;
 mod sweeping;
 mod upgrades;
+mod watched_files;
 use std::io::{BufRead, BufReader, Read};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};

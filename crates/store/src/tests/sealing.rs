@@ -162,9 +162,9 @@ async fn the_unsealed_walk_goes_on_from_its_cursor() {
 }
 
 /// A mark, and the drop of local chunks, are logged like every change: with the file put back
-/// to its last checkpoint, the log's replay brings them back.
+/// to its last checkpoint, rolling it forward through the log brings them back.
 #[tokio::test]
-async fn a_mark_and_a_drop_are_replayed_from_the_log() {
+async fn a_mark_and_a_drop_are_rolled_forward_from_the_log() {
     let (dir, _clock, store) = fresh();
     let (key, generation, finished) = ended(&store, "logged", &["a", "b"], Status::Cancelled).await;
     store.checkpoint().await.unwrap();
@@ -175,7 +175,7 @@ async fn a_mark_and_a_drop_are_replayed_from_the_log() {
 
     assert!(store.inner.db.close());
     std::fs::write(&db, at_checkpoint).unwrap();
-    // The next commit reopens the file, replaying the log over the checkpoint.
+    // The next commit reopens the file, rolling the checkpoint forward through the log.
     ended(&store, "next", &["c"], Status::Completed).await;
     let mark = store.seal_mark(key).await.unwrap().unwrap();
     assert_eq!((mark.generation, mark.local), (generation, false));

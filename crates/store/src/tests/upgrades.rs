@@ -1,5 +1,5 @@
 //! Files of older schemas: a schema-1 file upgraded in place, a schema-3 file and the log a
-//! server of that schema left at a crash replayed, then packed into segments.
+//! server of that schema left at a crash rolled forward, then packed into segments.
 use super::super::schema;
 use redb::ReadableTableMetadata;
 
@@ -72,10 +72,10 @@ async fn a_schema_1_file_is_upgraded_in_place() {
 }
 
 /// A file of schema 3 (one chunk per row) with a log a server of that schema left at a crash,
-/// folds included: the log is replayed as it was written, then the file is packed into
-/// segments and its journal folded, and the recording reads whole.
+/// folds included: the file is rolled forward through the log as it was written, then packed
+/// into segments and its journal folded, and the recording reads whole.
 #[tokio::test]
-async fn a_schema_3_file_and_its_log_are_replayed_then_packed() {
+async fn a_schema_3_file_is_rolled_forward_through_its_log_then_packed() {
     let dir = tempfile::tempdir().unwrap();
     let clock = crate::clock::ManualClock::new(super::T0);
     let key = id("crashed").key();
@@ -128,7 +128,7 @@ async fn a_schema_3_file_and_its_log_are_replayed_then_packed() {
     redo.remove_range(TableId::Journal, start, end);
     commit.extend_from_slice(&redo.take());
     let wal_path = wal::path_of(&super::db_path(&dir));
-    let mut log = wal::Wal::open_empty(&wal_path, 0).unwrap();
+    let mut log = wal::Wal::open_empty(&crate::files::RealFiles, &wal_path, 0).unwrap();
     log.append(&commit).unwrap();
     drop(log);
 

@@ -1,8 +1,8 @@
 //! The write-ahead log in front of redb: each commit's changes are appended to one sequential
 //! file and made durable with a single `fdatasync` of the new bytes, while redb commits them
 //! without syncing. Every so often a checkpoint makes redb durable (with quick-repair, so that
-//! reopening it after a crash is quick) and empties the log. Recovery is then a short replay of
-//! the log over redb's last checkpoint, never a repair of the whole file.
+//! reopening it after a crash is quick) and empties the log. Recovery is then rolling redb's
+//! last checkpoint forward through the log (`roll_forward`), never a repair of the whole file.
 //!
 //! A frame is `[payload length: u32][crc32 of lsn and payload: u32][lsn: u64][payload]`, little
 //! endian. Log sequence numbers (LSNs) count commits and go on across checkpoints; a checkpoint
@@ -17,19 +17,19 @@
 //! Invariant: the log holds exactly the commits made since the last checkpoint, in order. A
 //! commit whose log write fails, or that redb refuses after its frame was written, is cut off
 //! the file (if even that fails, the next commit is a checkpoint, and the file is emptied).
-use std::fs::{File, OpenOptions};
 use std::io::Read;
-use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
+use crate::files::{FileHandle, Files, OpenMode, Reader};
+
+mod change_tables;
 mod logged;
 mod redo;
-mod replay;
-mod replay_tables;
+mod roll_forward;
 
 pub(crate) use logged::Logged;
 pub(crate) use redo::{Redo, TableId};
-pub(crate) use replay::{apply_changes, checkpoint_commit, replay};
+pub(crate) use roll_forward::{apply_changes, checkpoint_commit, roll_forward};
 
 /// Bytes of a frame before its payload.
 const HEADER_BYTES: usize = 16;
@@ -43,7 +43,7 @@ pub(crate) fn path_of(db_path: &Path) -> PathBuf {
 
 /// The open log file, appended to by the commit pipeline only.
 pub(crate) struct Wal {
-    file: File,
+    file: Box<dyn FileHandle>,
     path: PathBuf,
     /// Length of the current round's frames; the next frame is written here.
     len: u64,
@@ -57,16 +57,15 @@ pub(crate) struct Wal {
 }
 
 impl Wal {
-    /// Opens (creating) the log at `path`, empty, after a checkpoint at `last_lsn`: what it held
-    /// must have been replayed into redb and checkpointed first. Its old frames are written
-    /// over.
-    pub(crate) fn open_empty(path: &Path, last_lsn: u64) -> std::io::Result<Wal> {
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .read(true)
-            .write(true)
-            .open(path)?;
+    /// Opens (creating) the log at `path` on `files`, empty, after a checkpoint at `last_lsn`:
+    /// what it held must have been rolled forward into redb and checkpointed first. Its old
+    /// frames are written over.
+    pub(crate) fn open_empty(
+        files: &dyn Files,
+        path: &Path,
+        last_lsn: u64,
+    ) -> std::io::Result<Wal> {
+        let file = files.open(path, OpenMode::Create)?;
         let wal = Wal {
             file,
             path: path.to_path_buf(),
@@ -76,7 +75,7 @@ impl Wal {
             frame: Vec::new(),
         };
         // The file's directory entry must survive a crash before a frame in it counts.
-        sync_parent(path)?;
+        sync_parent(files, path)?;
         Ok(wal)
     }
 
@@ -105,7 +104,7 @@ impl Wal {
         encode_frame(&mut self.frame, lsn, payload);
         let written = self
             .file
-            .write_all_at(&self.frame, before)
+            .write(before, &self.frame)
             .and_then(|()| self.file.sync_data());
         match written {
             Ok(()) => {
@@ -131,8 +130,8 @@ impl Wal {
     }
 
     /// Empties the log after a checkpoint at `lsn`: the next frame goes at the file's start.
-    /// The old frames stay until written over; they are older than the checkpoint, so a
-    /// replay stops at them. After a failed cut, the file is truncated instead (the frame that
+    /// The old frames stay until written over; they are older than the checkpoint, so rolling
+    /// forward stops at them. After a failed cut, the file is truncated instead (the frame that
     /// could not be cut off may carry the next LSN).
     ///
     /// Fails as truncating and syncing the file does; the next commit checkpoints again.
@@ -198,17 +197,18 @@ pub(crate) fn read_frame(
     Ok(Some(lsn))
 }
 
-/// Bytes of the log at `path` that hold commits after checkpoint `after`: what a crashed server
-/// left for the next start to replay (0 after a clean stop, whatever the file's length).
+/// Bytes of the log at `path` on `files` that hold commits after checkpoint `after`: what a
+/// crashed server left for the next start to roll forward (0 after a clean stop, whatever the
+/// file's length).
 ///
 /// Fails as reading does.
-pub(crate) fn pending_bytes(path: &Path, after: u64) -> std::io::Result<u64> {
-    let file = match File::open(path) {
+pub(crate) fn pending_bytes(files: &dyn Files, path: &Path, after: u64) -> std::io::Result<u64> {
+    let file = match files.open(path, OpenMode::Read) {
         Ok(file) => file,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(0),
         Err(err) => return Err(err),
     };
-    let mut log = std::io::BufReader::with_capacity(1 << 20, file);
+    let mut log = std::io::BufReader::with_capacity(1 << 20, Reader::new(&*file)?);
     let mut payload = Vec::new();
     let (mut last, mut bytes) = (after, 0);
     while let Some(lsn) = read_frame(&mut log, &mut payload)? {
@@ -236,9 +236,9 @@ fn read_full(log: &mut impl Read, buf: &mut [u8]) -> std::io::Result<bool> {
 }
 
 /// Syncs the directory holding `path`, so that a file created in it survives a crash.
-fn sync_parent(path: &Path) -> std::io::Result<()> {
+fn sync_parent(files: &dyn Files, path: &Path) -> std::io::Result<()> {
     match path.parent() {
-        Some(dir) if !dir.as_os_str().is_empty() => File::open(dir)?.sync_all(),
+        Some(dir) if !dir.as_os_str().is_empty() => files.sync_dir(dir),
         _ => Ok(()),
     }
 }
@@ -294,7 +294,7 @@ mod tests {
     fn append_truncate_and_reset_keep_the_file_to_its_valid_frames() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("t.wal");
-        let mut wal = Wal::open_empty(&path, 7).unwrap();
+        let mut wal = Wal::open_empty(&crate::files::RealFiles, &path, 7).unwrap();
         assert_eq!(wal.append(b"a").unwrap(), 0);
         let before = wal.append(b"bb").unwrap();
         assert_eq!(wal.last_lsn(), 9);

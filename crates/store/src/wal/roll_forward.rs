@@ -1,10 +1,10 @@
-//! Recovery from the log: the commits it holds past redb's last checkpoint are applied again,
+//! Rolling forward: the commits the log holds past redb's last checkpoint are applied again,
 //! in order, then checkpointed, so that the log can be emptied. Applying a commit's changes to
-//! the state its original commit started from gives the state it made: replaying twice (after
-//! a crash during replay) starts again from the same checkpoint and ends the same. The
-//! journal's unfolded chunks, which lived in memory, are rebuilt from their appends as the
-//! replay goes, and those still unfolded at the end are folded into the checkpoint.
-//! The tables a commit's changes are applied to are in `replay_tables`.
+//! the state its original commit started from gives the state it made: rolling forward twice
+//! (after a crash while rolling forward) starts again from the same checkpoint and ends the
+//! same. The journal's unfolded chunks, which lived in memory, are rebuilt from their appends
+//! on the way, and those still unfolded at the end are folded into the checkpoint.
+//! The tables a commit's changes are applied to are in `change_tables`.
 use std::collections::HashMap;
 use std::io::BufReader;
 use std::path::Path;
@@ -12,19 +12,20 @@ use std::time::Instant;
 
 use redb::{Database, Durability, WriteTransaction};
 
-use super::replay_tables::ReplayTables;
+use super::change_tables::ChangeTables;
 use super::{CHECKPOINT_LSN_KEY, read_frame};
 use crate::error::{Error, Result};
+use crate::files::{Files, OpenMode, Reader};
 use crate::journal::Run;
 use crate::schema::{META, SCHEMA_VERSION_KEY};
 
-/// Replayed commits are applied this many payload bytes per (non-durable) transaction, so that
-/// replaying a long log never holds all of it in one transaction's memory.
+/// The log's commits are applied this many payload bytes per (non-durable) transaction, so that
+/// rolling a long log forward never holds all of it in one transaction's memory.
 const BYTES_PER_TRANSACTION: usize = 8 * 1024 * 1024;
 
-/// What a replay did.
+/// What rolling forward did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Replayed {
+pub(crate) struct RolledForward {
     /// Commits applied again.
     pub commits: u64,
     /// Their bytes in the log.
@@ -33,27 +34,32 @@ pub(crate) struct Replayed {
     pub last_lsn: u64,
 }
 
-/// Applies the commits of the log at `wal_path` that `db` does not hold yet, and checkpoints
-/// them. A missing log holds nothing.
+/// Applies the commits of the log at `wal_path` on `files` that `db` does not hold yet, and
+/// checkpoints them. A missing log holds nothing.
 ///
 /// Fails when the log cannot be read, a frame does not decode, or redb fails.
-pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
+pub(crate) fn roll_forward(
+    db: &Database,
+    files: &dyn Files,
+    wal_path: &Path,
+) -> Result<RolledForward> {
     let checkpoint = checkpoint_lsn(db)?;
     // A log written before schema 4 folds entries as rows of their own (the file is upgraded
-    // after the replay); a later one, as segments.
+    // after rolling forward); a later one, as segments.
     let legacy_folds = meta_value(db, SCHEMA_VERSION_KEY)?.is_some_and(|v| v < 4);
-    let mut replayed = Replayed {
+    let mut rolled = RolledForward {
         commits: 0,
         bytes: 0,
         last_lsn: checkpoint,
     };
-    let file = match std::fs::File::open(wal_path) {
+    let file = match files.open(wal_path, OpenMode::Read) {
         Ok(file) => file,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(replayed),
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(rolled),
         Err(err) => return Err(log_error(wal_path, err)),
     };
     let started = Instant::now();
-    let mut log = BufReader::with_capacity(1 << 20, file);
+    let reader = Reader::new(&*file).map_err(|e| log_error(wal_path, e))?;
+    let mut log = BufReader::with_capacity(1 << 20, reader);
     let mut payload = Vec::new();
     let mut next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
     // Each recording's unfolded chunks, as the writer held them in memory.
@@ -63,24 +69,24 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
         let txn = db.begin_write().map_err(Error::storage)?;
         let mut in_txn = 0;
         {
-            let mut tables = ReplayTables::open(&txn, legacy_folds, &mut unfolded)?;
+            let mut tables = ChangeTables::open(&txn, legacy_folds, &mut unfolded)?;
             while let Some(lsn) = next {
-                if lsn <= replayed.last_lsn {
+                if lsn <= rolled.last_lsn {
                     // Older: the log ends here (what follows was written in an earlier round,
                     // or the checkpoint holds it and a crash came before the next round).
                     next = None;
                     break;
                 }
-                if lsn != replayed.last_lsn + 1 {
-                    return Err(gap(wal_path, lsn, replayed.last_lsn));
+                if lsn != rolled.last_lsn + 1 {
+                    return Err(gap(wal_path, lsn, rolled.last_lsn));
                 }
-                if replayed.commits == 0 {
-                    tracing::info!(path = %wal_path.display(), after = checkpoint, "replaying the write-ahead log");
+                if rolled.commits == 0 {
+                    tracing::info!(path = %wal_path.display(), after = checkpoint, "rolling the write-ahead log forward");
                 }
                 tables.apply(&payload)?;
-                replayed.commits += 1;
-                replayed.bytes += payload.len() as u64;
-                replayed.last_lsn = lsn;
+                rolled.commits += 1;
+                rolled.bytes += payload.len() as u64;
+                rolled.last_lsn = lsn;
                 in_txn += payload.len();
                 next = read_frame(&mut log, &mut payload).map_err(|e| log_error(wal_path, e))?;
                 if in_txn >= BYTES_PER_TRANSACTION {
@@ -96,19 +102,19 @@ pub(crate) fn replay(db: &Database, wal_path: &Path) -> Result<Replayed> {
             txn.set_durability(Durability::None)
                 .map_err(Error::storage)?;
             txn.commit().map_err(Error::storage)?;
-        } else if replayed.commits > 0 {
-            checkpoint_commit(txn, replayed.last_lsn)?;
+        } else if rolled.commits > 0 {
+            checkpoint_commit(txn, rolled.last_lsn)?;
         }
     }
-    if replayed.commits > 0 {
+    if rolled.commits > 0 {
         tracing::info!(
-            commits = replayed.commits,
-            bytes = replayed.bytes,
+            commits = rolled.commits,
+            bytes = rolled.bytes,
             elapsed_ms = started.elapsed().as_millis() as u64,
-            "replayed the write-ahead log"
+            "rolled the write-ahead log forward"
         );
     }
-    Ok(replayed)
+    Ok(rolled)
 }
 
 /// Applies one commit's changes (a log entry of a cluster's) in `txn`, with `unfolded` as the
@@ -120,7 +126,7 @@ pub(crate) fn apply_changes(
     changes: &[u8],
     unfolded: &mut HashMap<u128, Run>,
 ) -> Result<()> {
-    let mut tables = ReplayTables::open(txn, false, unfolded)?;
+    let mut tables = ChangeTables::open(txn, false, unfolded)?;
     tables.generations = true;
     tables.apply(changes)
 }

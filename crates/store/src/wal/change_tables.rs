@@ -15,11 +15,11 @@ use crate::seal_marks::SEALED;
 use crate::segment::{self, Segment};
 use crate::stream_row::STREAMS;
 
-/// The tables a log changes, open in one replay transaction (the pipeline's [`Logged`]
-/// tables, without the logging).
+/// The tables a log changes, open in one transaction that applies its commits again (the
+/// pipeline's [`Logged`] tables, without the logging).
 ///
 /// [`Logged`]: super::Logged
-pub(super) struct ReplayTables<'txn, 'u> {
+pub(super) struct ChangeTables<'txn, 'u> {
     chunks: Table<'txn, (u128, u64), &'static [u8]>,
     journal: Table<'txn, u64, &'static [u8]>,
     recordings: Table<'txn, u128, &'static [u8]>,
@@ -31,14 +31,14 @@ pub(super) struct ReplayTables<'txn, 'u> {
     sealed: Table<'txn, u128, &'static [u8]>,
     /// Whether the log may hold legacy folds (written before schema 4).
     legacy_folds: bool,
-    /// Whether runs carry their recording's generation, for readers (a replay at open has
-    /// no readers, and folds every run at its end).
+    /// Whether runs carry their recording's generation, for readers (rolling forward at open
+    /// has no readers, and folds every run at its end).
     pub(super) generations: bool,
     /// Each recording's unfolded chunks so far.
     unfolded: &'u mut HashMap<u128, Run>,
 }
 
-impl<'txn, 'u> ReplayTables<'txn, 'u> {
+impl<'txn, 'u> ChangeTables<'txn, 'u> {
     /// Opens the tables in `txn`.
     pub(super) fn open(
         txn: &'txn WriteTransaction,
@@ -88,15 +88,15 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
                 Change::Edit { table, edit } => (table, edit),
             };
             match table {
-                TableId::Chunks => redo(&mut self.chunks, &edit),
-                TableId::Journal => redo(&mut self.journal, &edit),
-                TableId::Recordings => redo(&mut self.recordings, &edit),
-                TableId::Expiry => redo(&mut self.expiry, &edit),
-                TableId::Started => redo(&mut self.started, &edit),
-                TableId::Tombstones => redo(&mut self.tombstones, &edit),
-                TableId::TombstoneExpiry => redo(&mut self.tombstone_expiry, &edit),
-                TableId::Streams => redo(&mut self.streams, &edit),
-                TableId::Sealed => redo(&mut self.sealed, &edit),
+                TableId::Chunks => apply_edit(&mut self.chunks, &edit),
+                TableId::Journal => apply_edit(&mut self.journal, &edit),
+                TableId::Recordings => apply_edit(&mut self.recordings, &edit),
+                TableId::Expiry => apply_edit(&mut self.expiry, &edit),
+                TableId::Started => apply_edit(&mut self.started, &edit),
+                TableId::Tombstones => apply_edit(&mut self.tombstones, &edit),
+                TableId::TombstoneExpiry => apply_edit(&mut self.tombstone_expiry, &edit),
+                TableId::Streams => apply_edit(&mut self.streams, &edit),
+                TableId::Sealed => apply_edit(&mut self.sealed, &edit),
             }
             .map_err(Error::storage)?;
         }
@@ -201,7 +201,7 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
     }
 
     /// Copies journal entry `seq`'s chunk into `chunks` as a row of its own, as a fold before
-    /// schema 4 did (the file is upgraded after the replay).
+    /// schema 4 did (the file is upgraded after rolling forward).
     fn legacy_fold(&mut self, seq: u64) -> Result<()> {
         if !self.legacy_folds {
             return Err(Error::Corrupt {
@@ -230,7 +230,7 @@ impl<'txn, 'u> ReplayTables<'txn, 'u> {
 }
 
 /// Makes one insert or removal again on `table`, whose key and value types it was logged with.
-fn redo<K: Key + 'static, V: Value + 'static>(
+fn apply_edit<K: Key + 'static, V: Value + 'static>(
     table: &mut Table<'_, K, V>,
     edit: &Edit<'_>,
 ) -> redb::Result<()> {
