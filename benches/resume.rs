@@ -25,11 +25,9 @@ const FROM_END_BYTES: u64 = 800;
 fn resume_near_the_end(c: &mut Criterion) {
     let runtime = Runtime::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let config = Config {
-        listen: "127.0.0.1:0".parse().unwrap(),
-        data_dir: dir.path().to_path_buf(),
-        ..Config::default()
-    };
+    let mut config = Config::default();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.server.data_dir = dir.path().to_path_buf();
     let id = ConversationId::parse(b"a-million-chunks").unwrap();
     let store = tapedeck::server::open_store(&config).unwrap();
     let built = std::time::Instant::now();

@@ -16,6 +16,7 @@
 //!
 //! Its own modules:
 //! - [`config`]: `Config`, assembling each layer's settings, with units and defaults.
+//! - [`serving`]: the server's own settings: addresses, data directory, TLS, shutdown.
 //! - [`server`]: `run(listener, store, config, shutdown)`, wiring store, recorder and faces.
 //! - [`client`]: the Rust client: typed calls, credentials, TLS, redirects followed.
 //!
@@ -33,6 +34,7 @@ pub use tapedeck_store as store;
 pub mod client;
 pub mod config;
 pub mod server;
+pub mod serving;
 
 pub use config::Config;
 pub use error::{Error, Result};

@@ -60,11 +60,11 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
     use anyhow::Context;
     let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
     runtime.block_on(async {
-        let listener = tokio::net::TcpListener::bind(config.listen)
+        let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await
             .map_err(|source| {
                 tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
-                    addr: config.listen,
+                    addr: config.server.listen,
                     what: "gRPC",
                     flag: "--listen",
                     env: "TAPEDECK_LISTEN",
@@ -72,7 +72,7 @@ fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<(
                 })
             })?;
         let http_listener =
-            match config.http_listen {
+            match config.server.http_listen {
                 Some(addr) => Some(tokio::net::TcpListener::bind(addr).await.map_err(
                     |source| {
                         tapedeck::Error::Setup(tapedeck::error::Setup::Bind {

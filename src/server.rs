@@ -14,9 +14,9 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::locator::Locator;
+use crate::recorder::Recorder;
 use crate::recorder::sealer::SealerSettings;
-use crate::recorder::{Limits, LivePolicy, Recorder};
-use crate::store::{Store, StoreOptions};
+use crate::store::Store;
 use crate::tier::Tier;
 
 /// HTTP/2 flow-control window per stream: what one call may send before the server has read
@@ -47,25 +47,17 @@ const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
 /// Fails with `DataDir` when the directory cannot be created, or as [`Store::open`] does.
 pub fn open_store(config: &Config) -> Result<Store> {
     let data_dir_error = |source| Error::DataDir {
-        path: config.data_dir.clone(),
+        path: config.server.data_dir.clone(),
         source,
     };
-    if config.data_dir.exists() && !config.data_dir.is_dir() {
+    if config.server.data_dir.exists() && !config.server.data_dir.is_dir() {
         return Err(data_dir_error(std::io::Error::new(
             std::io::ErrorKind::NotADirectory,
             "it exists and is not a directory",
         )));
     }
-    std::fs::create_dir_all(&config.data_dir).map_err(data_dir_error)?;
-    let options = StoreOptions {
-        retention: config.retention,
-        tombstone_retention: config.tombstone_retention,
-        checkpoint_bytes: config.checkpoint_bytes,
-        cache_bytes: usize::try_from(config.cache_bytes).unwrap_or(usize::MAX),
-        commit_interval: config.commit_interval,
-        replicated: config.cluster.is_some(),
-        ..StoreOptions::default()
-    };
+    std::fs::create_dir_all(&config.server.data_dir).map_err(data_dir_error)?;
+    let options = config.store.options(config.cluster.is_some());
     Store::open(&config.database_path(), options)
 }
 
@@ -73,7 +65,7 @@ pub fn open_store(config: &Config) -> Result<Store> {
 /// `store` until `shutdown` resolves. Then health reports
 /// NOT_SERVING, producers are told the server is shutting down (their recordings stay live,
 /// detached, for them to resume after the restart), replays end, the commit pipeline drains
-/// and the database is closed; all within about twice `config.shutdown_timeout`.
+/// and the database is closed; all within about twice `config.server.shutdown_timeout`.
 ///
 /// Fails when serving fails (the listener breaks).
 pub async fn run(
@@ -83,28 +75,20 @@ pub async fn run(
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
-    let limits = Limits {
-        max_chunk_bytes: config.max_chunk_bytes,
-        max_recording_bytes: config.max_recording_bytes,
-        max_retention: config.max_retention,
-    };
-    let policy = LivePolicy {
-        max_live: config.max_live_recordings,
-        grace: config.producer_grace,
-        on_conflict: config.on_conflict,
-    };
-    let mut recorder = Recorder::new(store.clone(), limits, policy);
+    let settings = &config.recorder;
+    let mut recorder = Recorder::new(store.clone(), settings.limits(), settings.live_policy());
     let lifecycle = Lifecycle::default();
-    let sealer = match &config.object_store {
-        Some(url) => {
-            let tier = Tier::open(url)?.with_tombstone_retention(config.tombstone_retention);
+    let sealer = match &config.tier {
+        Some(tier_settings) => {
+            let tier = Tier::open(&tier_settings.url)?
+                .with_tombstone_retention(config.store.tombstone_retention);
             tracing::info!(
                 store = tier.describe(),
                 "sealing ended recordings into the object store"
             );
             recorder = recorder.with_tier(tier.clone());
             let settings = SealerSettings {
-                local_retention: config.local_retention,
+                local_retention: tier_settings.local_retention,
             };
             Some(tokio::spawn(recorder.sealing(
                 tier,
@@ -121,7 +105,7 @@ pub async fn run(
     let guard = Guard::new(&config.access)?;
     let locator = match &config.locator {
         Some(settings) => {
-            let locator = Locator::new(settings, &config.data_dir)?;
+            let locator = Locator::new(settings, &config.server.data_dir)?;
             locator.start(&recorder, &lifecycle.stop);
             Some(locator)
         }
@@ -129,12 +113,12 @@ pub async fn run(
     };
     let face = http_listener.is_some().then(|| {
         let cluster = cluster.as_ref().map(|served| served.cluster.clone());
-        let bounds = config.http_bounds;
+        let bounds = config.http.bounds;
         crate::http::HttpFace::new(
             recorder.clone(),
             guard.clone(),
             bounds,
-            config.http_path_prefix.clone(),
+            config.http.path_prefix.clone(),
             cluster,
             locator.clone(),
         )
@@ -159,8 +143,8 @@ pub async fn run(
         lifecycle.stop.clone(),
     ));
     let sweeper = tokio::spawn(recorder.sweeping(
-        config.gc_interval,
-        config.idle_timeout,
+        config.recorder.gc_interval,
+        config.recorder.idle_timeout,
         lifecycle.stop.clone(),
     ));
     let http = http_listener.zip(face).map(|(http_listener, face)| {
@@ -168,13 +152,13 @@ pub async fn run(
         tokio::spawn(crate::http::serve(
             http_listener,
             face,
-            config.gc_interval,
+            config.recorder.gc_interval,
             stop.cancelled_owned(),
         ))
     });
     let (routes, health) = grpc::routes(
         &recorder,
-        config.max_chunk_bytes,
+        config.recorder.max_chunk_bytes,
         &guard,
         &lifecycle,
         locator.as_ref(),
@@ -184,7 +168,7 @@ pub async fn run(
     let mut server = Server::builder()
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES)
         .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES);
-    if let Some(files) = &config.tls {
+    if let Some(files) = &config.server.tls {
         server = server
             .tls_config(crate::tls::server_config(files)?)
             .map_err(|err| crate::tls::error(&err))?;
@@ -193,7 +177,7 @@ pub async fn run(
     // Shutdown order: health says NOT_SERVING, every producer is told to go (its recording
     // stays live in the file), then replays and calls still waiting for a first message end;
     // only then does tonic stop and wait for the connections.
-    let timeout = config.shutdown_timeout;
+    let timeout = config.server.shutdown_timeout;
     let draining = recorder.clone();
     let stopping = lifecycle.clone();
     // A node of a cluster whose Raft stopped (its log could not be written) stops too.
@@ -225,11 +209,11 @@ pub async fn run(
             source,
         })
     })?;
-    tracing::info!(%addr, tls = config.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
+    tracing::info!(%addr, tls = config.server.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
     // What one commit answers leaves in one write per connection (not under TLS: see
     // `CoalescedWrites`).
-    let tls = config.tls.is_some();
+    let tls = config.server.tls.is_some();
     let incoming = TcpIncoming::from(listener)
         .with_nodelay(Some(true))
         .with_keepalive(Some(KEEPALIVE_INTERVAL))
@@ -361,9 +345,9 @@ async fn start_cluster(
     crate::cluster::Cluster::start(
         cluster,
         listener,
-        &config.data_dir,
+        &config.server.data_dir,
         recorder,
-        config.tls.as_ref(),
+        config.server.tls.as_ref(),
         lifecycle.stop.clone(),
     )
     .await

@@ -15,24 +15,24 @@ use crate::values::{
 #[derive(clap::Args)]
 pub(crate) struct ServeArgs {
     /// Address to listen on: an IP address or a host name, with a port.
-    #[arg(long, env = "TAPEDECK_LISTEN", default_value_t = Config::default().listen,
+    #[arg(long, env = "TAPEDECK_LISTEN", default_value_t = Config::default().server.listen,
           value_parser = parse_listen)]
     pub(super) listen: SocketAddr,
     /// Address of the HTTP face (the Durable Streams protocol, for browsers and plain-HTTP
     /// agents), or `off`.
     #[arg(long, env = "TAPEDECK_HTTP_LISTEN", value_parser = parse_http_listen,
-          default_value_t = HttpListen(Config::default().http_listen))]
+          default_value_t = HttpListen(Config::default().server.http_listen))]
     pub(super) http_listen: HttpListen,
     /// Longest a request to the HTTP face may take to arrive, its head and then its body
     /// (more than zero); an idle keep-alive connection is closed after it too.
     #[arg(long, env = "TAPEDECK_HTTP_REQUEST_TIMEOUT", value_parser = parse_positive_duration,
-          default_value_t = Period(Config::default().http_bounds.request_timeout))]
+          default_value_t = Period(Config::default().http.bounds.request_timeout))]
     pub(super) http_request_timeout: Period,
     /// Most connections the HTTP face serves at once (more than zero); one more is answered
     /// 503 and closed.
     #[arg(long, env = "TAPEDECK_HTTP_MAX_CONNECTIONS",
           value_parser = clap::value_parser!(u32).range(1..),
-          default_value_t = Config::default().http_bounds.max_connections as u32)]
+          default_value_t = Config::default().http.bounds.max_connections as u32)]
     pub(super) http_max_connections: u32,
     /// Where the HTTP face serves streams: `{prefix}/{path}` (e.g. /streams for TanStack AI's
     /// adapter).
@@ -40,24 +40,24 @@ pub(crate) struct ServeArgs {
           default_value = tapedeck::http::DEFAULT_STREAM_PREFIX)]
     pub(super) http_path_prefix: tapedeck::http::StreamPrefix,
     /// Directory of the database file.
-    #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().data_dir)]
+    #[arg(long, env = "TAPEDECK_DATA_DIR", default_value_os_t = Config::default().server.data_dir)]
     pub(super) data_dir: PathBuf,
     /// How long finished recordings stay replayable (e.g. 30m, 1.5h, 90s, 2d).
     #[arg(long, env = "TAPEDECK_RETENTION", value_parser = parse_duration,
-          default_value_t = Period(Config::default().retention))]
+          default_value_t = Period(Config::default().store.retention))]
     pub(super) retention: Period,
     /// Longest retention a producer may choose for its own recording (retention_seconds).
     #[arg(long, env = "TAPEDECK_MAX_RETENTION", value_parser = parse_duration,
-          default_value_t = Period(Config::default().max_retention))]
+          default_value_t = Period(Config::default().recorder.max_retention))]
     pub(super) max_retention: Period,
     /// How long a collected recording's tombstone answers "expired" instead of "unknown".
     #[arg(long, env = "TAPEDECK_TOMBSTONE_RETENTION", value_parser = parse_duration,
-          default_value_t = Period(Config::default().tombstone_retention))]
+          default_value_t = Period(Config::default().store.tombstone_retention))]
     pub(super) tombstone_retention: Period,
     /// How long a recording whose producer went away waits for it to resume before it ends as
     /// interrupted (0 ends it at once).
     #[arg(long, env = "TAPEDECK_PRODUCER_GRACE", value_parser = parse_duration,
-          default_value_t = Period(Config::default().producer_grace))]
+          default_value_t = Period(Config::default().recorder.producer_grace))]
     pub(super) producer_grace: Period,
     /// What a new recording does to a conversation's live one: supersede it, or be refused
     /// with ALREADY_EXISTS.
@@ -65,44 +65,44 @@ pub(crate) struct ServeArgs {
     pub(super) on_conflict: Conflict,
     /// How often expired and idle recordings are collected (more than zero).
     #[arg(long, env = "TAPEDECK_GC_INTERVAL", value_parser = parse_positive_duration,
-          default_value_t = Period(Config::default().gc_interval))]
+          default_value_t = Period(Config::default().recorder.gc_interval))]
     pub(super) gc_interval: Period,
     /// A live recording with no token for this long is ended as interrupted (more than zero).
     #[arg(long, env = "TAPEDECK_IDLE_TIMEOUT", value_parser = parse_positive_duration,
-          default_value_t = Period(Config::default().idle_timeout))]
+          default_value_t = Period(Config::default().recorder.idle_timeout))]
     pub(super) idle_timeout: Period,
     /// Largest chunk (e.g. 1MiB, 512KiB, 4096; KB and MB are powers of 1000).
     #[arg(long, env = "TAPEDECK_MAX_CHUNK_BYTES", value_parser = parse_chunk_size,
-          default_value_t = Bytes(Config::default().max_chunk_bytes as u64))]
+          default_value_t = Bytes(Config::default().recorder.max_chunk_bytes as u64))]
     pub(super) max_chunk_bytes: Bytes,
     /// Largest recording.
     #[arg(long, env = "TAPEDECK_MAX_RECORDING_BYTES", value_parser = parse_positive_size,
-          default_value_t = Bytes(Config::default().max_recording_bytes))]
+          default_value_t = Bytes(Config::default().recorder.max_recording_bytes))]
     pub(super) max_recording_bytes: Bytes,
     /// Most recordings live at once (more than zero).
     #[arg(long, env = "TAPEDECK_MAX_LIVE_RECORDINGS",
           value_parser = clap::value_parser!(u32).range(1..),
-          default_value_t = Config::default().max_live_recordings as u32)]
+          default_value_t = Config::default().recorder.max_live_recordings as u32)]
     pub(super) max_live_recordings: u32,
     /// Size of the write-ahead log that makes the next commit a checkpoint (redb synced, the
     /// log emptied); bounds what a restart after a crash replays.
     #[arg(long, env = "TAPEDECK_CHECKPOINT_SIZE", value_parser = parse_positive_size,
-          default_value_t = Bytes(Config::default().checkpoint_bytes))]
+          default_value_t = Bytes(Config::default().store.checkpoint_bytes))]
     pub(super) checkpoint_size: Bytes,
     /// Memory redb keeps pages of the file in (its own cache; reads beyond it come from the
     /// OS page cache): more speeds up catch-up reads of recent recordings.
     #[arg(long, env = "TAPEDECK_CACHE_SIZE", value_parser = parse_positive_size,
-          default_value_t = Bytes(Config::default().cache_bytes))]
+          default_value_t = Bytes(Config::default().store.cache_bytes))]
     pub(super) cache_size: Bytes,
     /// Group commit: while commits hold several producers' tokens, the next commit starts at
     /// least this long after the last one did, so each disk sync carries more (less CPU and
     /// disk writes per token, a little more latency). `0s` commits as soon as it can.
     #[arg(long, env = "TAPEDECK_COMMIT_INTERVAL", value_parser = parse_commit_interval,
-          default_value_t = Period(Config::default().commit_interval))]
+          default_value_t = Period(Config::default().store.commit_interval))]
     pub(super) commit_interval: Period,
     /// How long shutdown waits for streams to end and the store to close.
     #[arg(long, env = "TAPEDECK_SHUTDOWN_TIMEOUT", value_parser = parse_duration,
-          default_value_t = Period(Config::default().shutdown_timeout))]
+          default_value_t = Period(Config::default().server.shutdown_timeout))]
     pub(super) shutdown_timeout: Period,
     /// Log format.
     #[arg(long, env = "TAPEDECK_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]

@@ -4,7 +4,10 @@ use std::net::SocketAddr;
 
 use tapedeck::Config;
 use tapedeck::access::{AccessConfig, ApiKey, Secret};
-use tapedeck::config::{LocatorConfig, OnConflict, TlsFiles};
+use tapedeck::config::{
+    HttpSettings, LocatorConfig, OnConflict, RecorderSettings, ServerSettings, StoreSettings,
+    TierSettings, TlsFiles,
+};
 
 use super::serve::{Conflict, LogFormat, ServeArgs};
 
@@ -68,33 +71,41 @@ impl ServeArgs {
             _ => None,
         };
         let config = Config {
-            listen: self.listen,
-            http_listen: self.http_listen.0,
-            http_bounds: tapedeck::http::Bounds {
-                request_timeout: self.http_request_timeout.into(),
-                max_connections: self.http_max_connections as usize,
+            server: ServerSettings {
+                listen: self.listen,
+                http_listen: self.http_listen.0,
+                data_dir: self.data_dir,
+                shutdown_timeout: self.shutdown_timeout.into(),
+                tls,
             },
-            http_path_prefix: self.http_path_prefix,
-            data_dir: self.data_dir,
-            retention: self.retention.into(),
-            max_retention: self.max_retention.into(),
-            tombstone_retention: self.tombstone_retention.into(),
-            producer_grace: self.producer_grace.into(),
-            on_conflict: match self.on_conflict {
-                Conflict::Supersede => OnConflict::Supersede,
-                Conflict::Reject => OnConflict::Reject,
+            store: StoreSettings {
+                retention: self.retention.into(),
+                tombstone_retention: self.tombstone_retention.into(),
+                checkpoint_bytes: self.checkpoint_size.0,
+                cache_bytes: self.cache_size.0,
+                commit_interval: self.commit_interval.into(),
             },
-            gc_interval: self.gc_interval.into(),
-            idle_timeout: self.idle_timeout.into(),
-            max_chunk_bytes: usize::try_from(self.max_chunk_bytes.0).unwrap_or(usize::MAX),
-            max_recording_bytes: self.max_recording_bytes.0,
-            max_live_recordings: self.max_live_recordings as usize,
-            checkpoint_bytes: self.checkpoint_size.0,
-            cache_bytes: self.cache_size.0,
-            commit_interval: self.commit_interval.into(),
-            shutdown_timeout: self.shutdown_timeout.into(),
+            recorder: RecorderSettings {
+                max_retention: self.max_retention.into(),
+                producer_grace: self.producer_grace.into(),
+                on_conflict: match self.on_conflict {
+                    Conflict::Supersede => OnConflict::Supersede,
+                    Conflict::Reject => OnConflict::Reject,
+                },
+                gc_interval: self.gc_interval.into(),
+                idle_timeout: self.idle_timeout.into(),
+                max_chunk_bytes: usize::try_from(self.max_chunk_bytes.0).unwrap_or(usize::MAX),
+                max_recording_bytes: self.max_recording_bytes.0,
+                max_live_recordings: self.max_live_recordings as usize,
+            },
+            http: HttpSettings {
+                bounds: tapedeck::http::Bounds {
+                    request_timeout: self.http_request_timeout.into(),
+                    max_connections: self.http_max_connections as usize,
+                },
+                path_prefix: self.http_path_prefix,
+            },
             access,
-            tls,
             locator: self.redis_url.zip(self.advertised_address).map(
                 |(redis_url, advertised_address)| LocatorConfig {
                     redis_url,
@@ -102,8 +113,10 @@ impl ServeArgs {
                     advertised_http_address: self.advertised_http_address,
                 },
             ),
-            object_store: self.object_store,
-            local_retention: self.local_retention.map(Into::into),
+            tier: self.object_store.map(|url| TierSettings {
+                url,
+                local_retention: self.local_retention.map(Into::into),
+            }),
             cluster,
         };
         Ok(Settings {

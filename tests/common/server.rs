@@ -24,17 +24,16 @@ pub(crate) struct TestServer {
 /// producer grace period (a producer that goes away ends its recording as `interrupted` at
 /// once; the tests of resuming set a grace period of their own).
 pub(crate) fn test_config(data_dir: &Path) -> Config {
-    Config {
-        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
-        data_dir: data_dir.to_path_buf(),
-        shutdown_timeout: Duration::from_secs(5),
-        producer_grace: Duration::ZERO,
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.server.listen = SocketAddr::from(([127, 0, 0, 1], 0));
+    config.server.data_dir = data_dir.to_path_buf();
+    config.server.shutdown_timeout = Duration::from_secs(5);
+    config.recorder.producer_grace = Duration::ZERO;
+    config
 }
 
 impl TestServer {
-    /// Starts a server on `config.data_dir`, listening on a free loopback port.
+    /// Starts a server on `config.server.data_dir`, listening on a free loopback port.
     pub(crate) async fn start(config: Config) -> TestServer {
         let store = tapedeck::server::open_store(&config).unwrap();
         Self::start_with_store(config, store).await
@@ -103,7 +102,7 @@ impl TestServer {
         let addr = listener.local_addr().unwrap();
         let http_addr = http.as_ref().map(|l| l.local_addr().unwrap());
         let (shutdown, stop) = oneshot::channel::<()>();
-        let data_dir = config.data_dir.clone();
+        let data_dir = config.server.data_dir.clone();
         let task = tokio::spawn(async move {
             tapedeck::server::run(listener, http, store, &config, async {
                 let _ = stop.await;

@@ -89,8 +89,8 @@ async fn fill_up() -> FullDisk {
     let data_dir = disk.path.join("data");
     std::fs::create_dir(&data_dir).unwrap();
     let mut config = test_config(&data_dir);
-    config.retention = RETENTION;
-    config.gc_interval = Duration::from_millis(100);
+    config.store.retention = RETENTION;
+    config.recorder.gc_interval = Duration::from_millis(100);
     // Real time to start with: a server restarted on the file later keeps what it holds.
     let clock = ManualClock::new(SystemClock.now_ms());
     let store = Store::open(

@@ -282,7 +282,7 @@ async fn tls_serves_tls_clients_and_refuses_plaintext() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
     let mut config = test_config(&dir.path().join("data"));
-    config.tls = Some(pki.files.clone());
+    config.server.tls = Some(pki.files.clone());
     let server = TestServer::start(config).await;
 
     let client = tls_client(server.addr, &pki, false).await.unwrap();
@@ -311,7 +311,7 @@ async fn mutual_tls_requires_a_client_certificate_from_the_ca() {
     let mut config = test_config(&dir.path().join("data"));
     let mut files = pki.files.clone();
     files.client_ca = Some(dir.path().join("ca.pem"));
-    config.tls = Some(files);
+    config.server.tls = Some(files);
     let server = TestServer::start(config).await;
 
     let identified = tls_client(server.addr, &pki, true).await.unwrap();
@@ -333,7 +333,7 @@ async fn the_rust_client_speaks_tls_and_sends_its_grant() {
     let dir = tempfile::tempdir().unwrap();
     let pki = pki(dir.path());
     let mut config = test_config(&dir.path().join("data"));
-    config.tls = Some(pki.files.clone());
+    config.server.tls = Some(pki.files.clone());
     config.access = AccessConfig {
         jwt_secret: Some(Secret::new(SECRET)),
         ..AccessConfig::default()

@@ -373,7 +373,7 @@ async fn a_message_over_the_transport_limit_is_resource_exhausted_on_both_apis()
 async fn a_legacy_recording_over_its_limit_refuses_tokens_and_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_recording_bytes = 10;
+    config.recorder.max_recording_bytes = 10;
     let server = TestServer::start(config).await;
     let legacy = server.resumer().await;
     let mut producer = LegacyProducer::open(&legacy, Some(token(b"capped", "12345", false))).await;

@@ -534,7 +534,7 @@ async fn every_rpc_answers_an_expired_recording_as_the_table_says() {
     const RETENTION: Duration = Duration::from_secs(60);
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    (config.retention, config.gc_interval) = (RETENTION, Duration::from_millis(10));
+    (config.store.retention, config.recorder.gc_interval) = (RETENTION, Duration::from_millis(10));
     let clock = ManualClock::new(SystemClock.now_ms());
     let options = StoreOptions {
         retention: RETENTION,
@@ -617,7 +617,7 @@ async fn every_rpc_answers_a_cancelled_recording_as_the_table_says() {
 async fn interrupted(grace: Duration, case: &str, reader_ends: &'static str, want: Answers) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.producer_grace = grace;
+    config.recorder.producer_grace = grace;
     let (server, c) = serve(config).await;
     for api in APIS {
         let id = api.id("interrupted");
@@ -691,7 +691,7 @@ async fn every_rpc_answers_a_superseded_recording_as_the_table_says() {
 async fn under_the_reject_policy_a_second_producer_is_refused_on_both_apis() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.on_conflict = OnConflict::Reject;
+    config.recorder.on_conflict = OnConflict::Reject;
     let (server, c) = serve(config).await;
     for api in APIS {
         let id = api.id("rejected");
@@ -862,7 +862,7 @@ async fn every_rpc_answers_while_the_server_shuts_down(api: Api) {
     let _recording = metrics::set_default_local_recorder(&recorder);
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.shutdown_timeout = Duration::from_secs(60); // the held producer decides
+    config.server.shutdown_timeout = Duration::from_secs(60); // the held producer decides
     let (server, c) = serve(config.clone()).await;
     let case = "server shutting down";
     let row = |rpc| api.row(rpc, case);

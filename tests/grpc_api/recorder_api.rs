@@ -204,10 +204,8 @@ async fn a_producer_whose_deadline_passes_gets_deadline_exceeded() {
 #[tokio::test]
 async fn a_producer_whose_stream_ended_without_complete_resumes_and_completes() {
     let dir = tempfile::tempdir().unwrap();
-    let config = tapedeck::config::Config {
-        producer_grace: Duration::from_secs(60),
-        ..test_config(dir.path())
-    };
+    let mut config = test_config(dir.path());
+    config.recorder.producer_grace = Duration::from_secs(60);
     let server = TestServer::start(config).await;
     let client = server.recorder().await;
     let recording = Recording::open(&client, ID).await;
@@ -576,7 +574,7 @@ async fn chunks_over_the_limit_are_resource_exhausted() {
 async fn recordings_over_the_limit_are_resource_exhausted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_recording_bytes = 10;
+    config.recorder.max_recording_bytes = 10;
     let server = TestServer::start(config).await;
     let client = server.recorder().await;
     let recording = Recording::open(&client, ID).await;
@@ -598,7 +596,7 @@ async fn recordings_over_the_limit_are_resource_exhausted() {
 async fn too_many_live_recordings_is_resource_exhausted() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_live_recordings = 1;
+    config.recorder.max_live_recordings = 1;
     let server = TestServer::start(config).await;
     let client = server.recorder().await;
     let first = Recording::open(&client, b"first").await;
@@ -640,8 +638,8 @@ async fn is_enabled_is_true() {
 async fn an_idle_producer_is_interrupted_by_the_sweeper() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.idle_timeout = Duration::from_millis(200);
-    config.gc_interval = Duration::from_millis(50);
+    config.recorder.idle_timeout = Duration::from_millis(200);
+    config.recorder.gc_interval = Duration::from_millis(50);
     let server = TestServer::start(config).await;
     let client = server.recorder().await;
     let recording = Recording::open(&client, ID).await;

@@ -220,7 +220,7 @@ async fn cancel_reaches_a_legacy_producer_and_cancel_response_waits_for_it() {
 async fn refused_tokens_get_success_false_and_the_stream_goes_on() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_chunk_bytes = 4;
+    config.recorder.max_chunk_bytes = 4;
     let server = TestServer::start(config).await;
     let legacy = server.resumer().await;
     let mut producer = LegacyProducer::start(&legacy, ID, "ok").await;

@@ -260,8 +260,8 @@ async fn a_new_grpc_recording_replaces_an_http_stream_at_the_same_path() {
 async fn appends_over_the_producers_limits_are_413_and_store_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_chunk_bytes = 1024;
-    config.max_recording_bytes = 3000;
+    config.recorder.max_chunk_bytes = 1024;
+    config.recorder.max_recording_bytes = 3000;
     let server = TestServer::start_with_http(config).await;
     let url = server.stream_url("bounded");
     let create = http()

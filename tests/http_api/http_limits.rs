@@ -36,7 +36,7 @@ async fn create(server: &TestServer, path: &str, headers: &[(&str, &str)]) -> (S
 async fn stream_ttl_and_expires_at_beyond_max_retention_are_refused_naming_the_limit() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
-    config.max_retention = Duration::from_secs(3600);
+    config.recorder.max_retention = Duration::from_secs(3600);
     let server = TestServer::start_with_http(config).await;
 
     for ttl in ["18446744073709551615", "99999999999999999999999999", "3601"] {
@@ -79,9 +79,9 @@ async fn writes_are_refused_with_503_once_shutdown_begins() {
     let config = test_config(dir.path());
     let store = tapedeck::server::open_store(&config).unwrap();
     let limits = Limits {
-        max_chunk_bytes: config.max_chunk_bytes,
-        max_recording_bytes: config.max_recording_bytes,
-        max_retention: config.max_retention,
+        max_chunk_bytes: config.recorder.max_chunk_bytes,
+        max_recording_bytes: config.recorder.max_recording_bytes,
+        max_retention: config.recorder.max_retention,
     };
     let recorder = Recorder::new(store.clone(), limits, LivePolicy::default());
     let guard = Guard::new(&AccessConfig::default()).unwrap();
@@ -184,7 +184,7 @@ async fn a_cors_preflight_allows_authorization_and_every_protocol_header() {
 /// A server whose HTTP face cuts requests after `timeout` and holds `max` connections.
 async fn bounded(dir: &std::path::Path, timeout: Duration, max: usize) -> TestServer {
     let mut config = test_config(dir);
-    config.http_bounds = Bounds {
+    config.http.bounds = Bounds {
         request_timeout: timeout,
         max_connections: max,
     };

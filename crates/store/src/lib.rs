@@ -86,7 +86,7 @@ pub use ops::{EndIf, SweepReport};
 use ops::{Op, Queued};
 pub use options::{
     DEFAULT_CACHE_BYTES, DEFAULT_CHECKPOINT_BYTES, DEFAULT_COMMIT_INTERVAL,
-    MAX_CHUNKS_PER_SWEEP_COMMIT, StoreOptions,
+    MAX_CHUNKS_PER_SWEEP_COMMIT, StoreOptions, StoreSettings,
 };
 use pipeline::{Writer, WriterSettings};
 pub use recovery::RecoveredLive;

@@ -66,3 +66,51 @@ impl Default for StoreOptions {
         }
     }
 }
+
+/// The store's settings, as `tapedeck serve`'s flags give them; [`StoreOptions`] adds what the
+/// server wires in (the clock, the cluster, the file system).
+#[derive(Debug, Clone)]
+pub struct StoreSettings {
+    /// How long a finished recording stays replayable (`--retention`). Default 30 minutes.
+    pub retention: Duration,
+    /// How long a collected recording's tombstone answers "expired"
+    /// (`--tombstone-retention`). Default 24 hours.
+    pub tombstone_retention: Duration,
+    /// Size of the write-ahead log that makes the next commit a checkpoint; bounds what a
+    /// restart after a crash rolls forward (`--checkpoint-size`). Default 32 MiB.
+    pub checkpoint_bytes: u64,
+    /// Memory redb keeps pages of the file in (`--cache-size`). Default 16 MiB.
+    pub cache_bytes: u64,
+    /// Group commit: while commits hold several ops each, the next one starts at least this
+    /// long after the last one did; zero commits as soon as the last commit is done
+    /// (`--commit-interval`). Default 4 ms.
+    pub commit_interval: Duration,
+}
+
+impl Default for StoreSettings {
+    fn default() -> Self {
+        Self {
+            retention: Duration::from_secs(30 * 60),
+            tombstone_retention: Duration::from_secs(24 * 60 * 60),
+            checkpoint_bytes: DEFAULT_CHECKPOINT_BYTES,
+            cache_bytes: DEFAULT_CACHE_BYTES,
+            commit_interval: DEFAULT_COMMIT_INTERVAL,
+        }
+    }
+}
+
+impl StoreSettings {
+    /// The options of a store with these settings, on the system clock and file system;
+    /// `replicated` when it is one node of a cluster.
+    pub fn options(&self, replicated: bool) -> StoreOptions {
+        StoreOptions {
+            retention: self.retention,
+            tombstone_retention: self.tombstone_retention,
+            checkpoint_bytes: self.checkpoint_bytes,
+            cache_bytes: usize::try_from(self.cache_bytes).unwrap_or(usize::MAX),
+            commit_interval: self.commit_interval,
+            replicated,
+            ..StoreOptions::default()
+        }
+    }
+}

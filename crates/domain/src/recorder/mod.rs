@@ -36,6 +36,7 @@ mod registry;
 mod replay;
 mod resume;
 pub mod sealer;
+mod settings;
 #[cfg(test)]
 mod store_under_the_recorder;
 pub mod streams;
@@ -61,6 +62,7 @@ pub use producer::{Producer, Stopped, not_completed_message};
 pub use progress::{Progress, Status};
 pub use registry::{LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
+pub use settings::RecorderSettings;
 pub use tape::{Holder, Tape, TapeWriter};
 pub use text::is_text;
 // Values the faces read and hand back, kept by the store: re-exported here, so that a face

@@ -31,6 +31,17 @@ pub use keys::{Keys, Version};
 pub use remote::{Remote, Sealed};
 pub use seal::{Step, Upload};
 
+/// The object-store tier's settings.
+#[derive(Debug, Clone)]
+pub struct TierSettings {
+    /// The object store ended recordings are sealed into, and read from when they are not
+    /// local: `s3://BUCKET/PREFIX` or `file:///PATH` (`--object-store`).
+    pub url: String,
+    /// How long a sealed recording's chunks stay on local disk; `None` (the default) keeps
+    /// them for the recording's whole retention (`--local-retention`).
+    pub local_retention: Option<std::time::Duration>,
+}
+
 use crate::error::{Error, Result};
 
 /// An object store holding sealed recordings under one prefix. Cheap to clone.

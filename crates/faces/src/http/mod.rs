@@ -63,6 +63,15 @@ use crate::recorder::streams::Streams;
 pub use connections::Bounds;
 pub use prefix::{DEFAULT_STREAM_PREFIX, StreamPrefix};
 
+/// The HTTP face's settings (its address is the server's).
+#[derive(Debug, Clone, Default)]
+pub struct HttpSettings {
+    /// How the face bounds its connections and the time a request takes to arrive.
+    pub bounds: Bounds,
+    /// Where the face serves streams (`--http-path-prefix`). Default `/v1/stream`.
+    pub path_prefix: StreamPrefix,
+}
+
 /// Largest request body accepted, in bytes.
 const MAX_BODY_BYTES: usize = 64 * 1024 * 1024;
 
