@@ -30,10 +30,12 @@ impl Tier {
             .header
             .meta
             .tombstone(Gone::Deleted, now_ms, self.tombstone_ms);
+        // The tombstone goes first: a reader finds a copy while one is left and the tombstone
+        // after, never neither (which would read as "unknown").
+        self.bury(key, &tombstone).await?;
         for copy in self.list(&self.keys.recordings_of(key)).await? {
             self.delete(&copy.location).await?;
         }
-        self.bury(key, &tombstone).await?;
         Ok(true)
     }
 
@@ -118,13 +120,18 @@ impl Tier {
         let Some(sealed) = self.open_sealed(key, version).await? else {
             return Ok(false);
         };
-        self.delete(&path).await?;
-        let left = self.list(&self.keys.recordings_of(key)).await?;
-        if left.is_empty() {
+        // The last copy's tombstone is written before the copy goes, so that a reader in
+        // between, or a collector that stops in between, never leaves neither.
+        let others = self.list(&self.keys.recordings_of(key)).await?;
+        let last = others
+            .iter()
+            .all(|meta| self.keys.version_of(&meta.location) == Some(version));
+        if last {
             let keep_ms = self.tombstone_ms;
             let tombstone = sealed.header.meta.tombstone(Gone::Expired, now_ms, keep_ms);
             self.bury(key, &tombstone).await?;
         }
+        self.delete(&path).await?;
         Ok(true)
     }
 
