@@ -94,9 +94,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TAPEDECK_CACHE_SIZE", value_parser = parse_positive_size,
           default_value_t = Bytes(Config::default().store.cache_bytes))]
     pub(super) cache_size: Bytes,
-    /// Group commit: while commits hold several producers' tokens, the next commit starts at
-    /// least this long after the last one did, so each disk sync carries more (less CPU and
-    /// disk writes per token, a little more latency). `0s` commits as soon as it can.
+    /// Group commit: after a commit of several producers' tokens, the next one waits, up to
+    /// this long from the last one's start, for as many ops as the last one held, so each disk
+    /// sync carries more (less CPU and disk writes per token, a little more latency). `0s`
+    /// commits as soon as it can.
     #[arg(long, env = "TAPEDECK_COMMIT_INTERVAL", value_parser = parse_commit_interval,
           default_value_t = Period(Config::default().store.commit_interval))]
     pub(super) commit_interval: Period,

@@ -1,19 +1,31 @@
-//! Group commit's pacing: while several ops arrive per commit, commits start at most once per
-//! interval, so that each `fdatasync` (and each wake-up of the readers) carries more tokens.
+//! Group commit's pacing: how long the next commit waits for company once its first op is in
+//! hand.
 //!
-//! Under a steady load of many producers each commit otherwise holds a handful of tokens: the
-//! disk rewrites a 4 KiB block of the log per commit and the server pays a sync and a round
-//! of wake-ups for each (see BENCHMARKS.md, "commit pacing"). A commit that held a single op is
-//! never followed by a wait: a lone producer that waits for each commit before sending the next
-//! token would otherwise be slowed to one token per interval, for nothing to batch with.
+//! Under a steady open load of many producers, a commit started at once holds a handful of
+//! tokens: the disk rewrites a 4 KiB block of the log per commit and the server pays a sync and
+//! a round of wake-ups for each (see BENCHMARKS.md, "commit pacing"). So after a commit of
+//! several ops the next one waits, up to the interval from the last one's start, for as many
+//! ops as the last one held. Writers that wait for each acknowledgement before sending again
+//! (a closed loop) are all back well before that, and their commit starts at once: waiting
+//! could only slow them, as nobody else is coming. A commit that held a single op is never
+//! followed by a wait either: a lone producer has nothing to batch with.
 use std::time::{Duration, Instant};
 
 /// When the writer may start its next commit.
 pub(crate) struct Pacing {
-    /// Least time from one commit's start to the next one's, while commits hold several ops.
+    /// Most time from one commit's start to the next one's, while commits hold several ops.
     interval: Duration,
     /// When the last commit started, and how many ops it held.
     last: Option<(Instant, usize)>,
+}
+
+/// What the next commit waits for, whichever comes first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Wait {
+    /// This many ops in hand: as many as the last commit held.
+    pub(crate) ops: usize,
+    /// This instant: the interval after the last commit started.
+    pub(crate) until: Instant,
 }
 
 impl Pacing {
@@ -25,17 +37,15 @@ impl Pacing {
         }
     }
 
-    /// Blocks until the next commit may start: at once, unless the last one held several ops
-    /// and started less than the interval ago. Called once the next commit's first op is in
-    /// hand; what queues meanwhile joins it.
-    pub(crate) fn wait(&self) {
-        if let Some((started, ops)) = self.last
-            && ops > 1
-        {
-            let since = started.elapsed();
-            if since < self.interval {
-                std::thread::sleep(self.interval - since);
-            }
+    /// What the next commit waits for, or `None` to start at once: after a commit of one op,
+    /// or with pacing off.
+    pub(crate) fn wait(&self) -> Option<Wait> {
+        match self.last {
+            Some((started, ops)) if ops > 1 && !self.interval.is_zero() => Some(Wait {
+                ops,
+                until: started + self.interval,
+            }),
+            _ => None,
         }
     }
 
@@ -50,34 +60,30 @@ mod tests {
     use super::*;
 
     #[test]
-    fn waits_only_after_a_commit_of_several_ops() {
+    fn a_commit_of_several_ops_makes_the_next_wait_for_as_many_or_the_interval() {
         let interval = Duration::from_millis(50);
         let mut pacing = Pacing::new(interval);
+        assert_eq!(pacing.wait(), None, "the first commit starts at once");
 
-        let first = Instant::now();
-        pacing.wait();
         pacing.started(1);
-        pacing.wait();
-        assert!(
-            first.elapsed() < interval,
+        assert_eq!(
+            pacing.wait(),
+            None,
             "a commit of one op is followed at once"
         );
 
-        pacing.started(2);
-        let started = Instant::now();
-        pacing.wait();
-        assert!(
-            started.elapsed() >= interval - Duration::from_millis(1),
-            "a commit of several ops is followed an interval after it started"
-        );
+        let before = Instant::now();
+        pacing.started(7);
+        let wait = pacing.wait().expect("a commit of several ops is paced");
+        assert_eq!(wait.ops, 7);
+        assert!(wait.until >= before + interval);
+        assert!(wait.until <= Instant::now() + interval);
     }
 
     #[test]
     fn zero_never_waits() {
         let mut pacing = Pacing::new(Duration::ZERO);
         pacing.started(1000);
-        let started = Instant::now();
-        pacing.wait();
-        assert!(started.elapsed() < Duration::from_millis(50));
+        assert_eq!(pacing.wait(), None);
     }
 }

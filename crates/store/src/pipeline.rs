@@ -24,7 +24,7 @@ pub(crate) struct WriterSettings {
     pub retention_ms: u64,
     pub tombstone_ms: u64,
     pub clock: Arc<dyn Clock>,
-    /// Least time between the starts of commits that hold several ops (see `pacing`).
+    /// Most time a commit after one of several ops waits for company (see `pacing`).
     pub commit_interval: std::time::Duration,
 }
 
@@ -53,15 +53,28 @@ impl Writer {
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Queued>) {
         let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
         let mut pacing = Pacing::new(self.settings.commit_interval);
+        // Only to wait for the queue with a deadline; the writer's work stays on this thread.
+        let timer = tokio::runtime::Builder::new_current_thread()
+            .enable_time()
+            .build()
+            .expect("a timer for the commit pipeline");
         while let Some(op) = ops.blocking_recv() {
-            pacing.wait();
-            let mut closing = push(&mut batch, op);
-            // Group commit: whatever queued up during the previous commit (and the pacing wait)
-            // goes in this one.
-            while batch.len() < MAX_OPS_PER_COMMIT {
-                match ops.try_recv() {
-                    Ok(op) => closing |= push(&mut batch, op),
-                    Err(_) => break,
+            // Group commit: whatever queued up during the previous commit goes in this one...
+            let mut closing = push(&mut batch, op) | take_queued(&mut ops, &mut batch);
+            // ...and, when it is paced, what comes until it has as much as the last one, or
+            // until the interval is up.
+            if let Some(wait) = pacing.wait() {
+                let wanted = wait.ops.min(MAX_OPS_PER_COMMIT);
+                while !closing && batch.len() < wanted {
+                    let until = wait.until.into();
+                    match timer.block_on(async { tokio::time::timeout_at(until, ops.recv()).await })
+                    {
+                        Ok(Some(op)) => {
+                            closing |= push(&mut batch, op) | take_queued(&mut ops, &mut batch)
+                        }
+                        // Every sender is gone (the next receive ends the loop), or time is up.
+                        Ok(None) | Err(_) => break,
+                    }
                 }
             }
             pacing.started(batch.len());
@@ -232,6 +245,19 @@ fn appended(batch: &[Op]) -> (usize, u64, u64) {
         .map(Op::appends)
         .fold((0, 0), |(t, b), (more_t, more_b)| (t + more_t, b + more_b));
     (batch.len(), tokens, bytes)
+}
+
+/// Moves what is queued now into `batch`, up to its limit; returns whether that included
+/// `Close`.
+fn take_queued(ops: &mut mpsc::Receiver<Queued>, batch: &mut Vec<Op>) -> bool {
+    let mut closing = false;
+    while batch.len() < MAX_OPS_PER_COMMIT {
+        match ops.try_recv() {
+            Ok(op) => closing |= push(batch, op),
+            Err(_) => break,
+        }
+    }
+    closing
 }
 
 /// Adds a queued op to `batch` (its room in the queue is given back); returns whether it is

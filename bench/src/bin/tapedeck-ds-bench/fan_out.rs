@@ -129,7 +129,7 @@ pub(crate) async fn fan_out(
     let until = started + warmup + measure;
     record_from.store((started + warmup).as_nanos() as u64, Ordering::Relaxed);
     let cpu_before = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
-    let sent = write_stamped(&client, urls, rate, epoch, until).await?;
+    let (sent, _acks) = write_stamped(&client, urls, rate, epoch, until, until).await?;
     let cpu_after = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
     let server_cores = (cpu_after - cpu_before) / (warmup + measure).as_secs_f64();
     // The last messages' time to arrive.

@@ -1,8 +1,9 @@
 //! `tapedeck-ds-bench`: tapedeck's HTTP face against two other Durable Streams servers, all
 //! with acknowledgements that wait for the disk, in one run: appends/s with 1,000 writers,
-//! SSE append→receive latency with 200 streams × 50 messages/s, catch-up read MB/s, and
-//! fan-out (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors).
-//! Prints one table per measure with each peer's ratio to tapedeck.
+//! with 32 writers on one stream, and at a fixed rate (100 streams × 10/s); SSE
+//! append→receive latency with 200 streams × 50 messages/s; catch-up read MB/s; and fan-out
+//! (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors). Prints one
+//! table per measure, each server's peak memory, and tapedeck's ratio to each peer.
 mod fan_out;
 #[path = "../tapedeck-bench/open_files.rs"]
 mod open_files;
@@ -63,11 +64,20 @@ struct Cli {
     /// Messages a second per stream in the fan-out measure.
     #[arg(long, default_value_t = 2)]
     fan_out_rate: u32,
-    /// Which measures to run: appends, sse, catch-up, fan-out.
+    /// Writers of the one-stream measure, all appending to one stream.
+    #[arg(long, default_value_t = 32)]
+    one_stream_writers: usize,
+    /// Streams of the fixed-rate measure.
+    #[arg(long, default_value_t = 100)]
+    fixed_rate_streams: usize,
+    /// Appends a second per stream in the fixed-rate measure.
+    #[arg(long, default_value_t = 10)]
+    fixed_rate: u32,
+    /// Which measures to run: appends, one-stream, fixed-rate, sse, catch-up, fan-out.
     #[arg(
         long,
         value_delimiter = ',',
-        default_value = "appends,sse,catch-up,fan-out"
+        default_value = "appends,one-stream,fixed-rate,sse,catch-up,fan-out"
     )]
     measures: Vec<String>,
 }
@@ -104,29 +114,32 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             "== appends: {} writers, 64-byte appends, each on its own stream, {}s",
             cli.writers, cli.seconds
         );
-        let mut appends = Vec::new();
-        for &kind in kinds {
-            let server = servers::start(kind, bins, &cli.work_dir).await?;
-            let run = format!("a{run_id}");
-            let result =
-                scenarios::appends(&server.base, &run, cli.writers, 64, WARMUP, measure).await?;
-            eprintln!(
-                "   {:<24} {:>9.0} appends/s   ack p50 {:>7.2} ms  p99 {:>7.2} ms",
-                kind.name(),
-                result.appends_per_s,
-                result.ack_p50_ms,
-                result.ack_p99_ms
-            );
-            appends.push((kind, result));
-        }
-        let base = appends[0].1.appends_per_s;
-        for (kind, result) in &appends[1..] {
-            eprintln!(
-                "   tapedeck / {}: {:.2}x appends/s",
-                kind.name(),
-                base / result.appends_per_s
-            );
-        }
+        let load = AppendLoad::BackToBack {
+            writers: cli.writers,
+            streams: cli.writers,
+        };
+        append_measure(cli, kinds, bins, &format!("a{run_id}"), load).await?;
+    }
+    if wants("one-stream") {
+        let writers = cli.one_stream_writers;
+        eprintln!(
+            "== one stream: {writers} writers appending 64 bytes back to back to one stream, {}s",
+            cli.seconds
+        );
+        let load = AppendLoad::BackToBack {
+            writers,
+            streams: 1,
+        };
+        append_measure(cli, kinds, bins, &format!("o{run_id}"), load).await?;
+    }
+    if wants("fixed-rate") {
+        let (streams, rate) = (cli.fixed_rate_streams, cli.fixed_rate);
+        eprintln!(
+            "== fixed rate: {streams} streams × {rate} appends/s, no reader, {}s",
+            cli.seconds
+        );
+        let load = AppendLoad::FixedRate { streams, rate };
+        append_measure(cli, kinds, bins, &format!("r{run_id}"), load).await?;
     }
     if wants("sse") {
         eprintln!(
@@ -141,13 +154,14 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
                 scenarios::sse_latency(&server.base, &run, cli.streams, cli.rate, WARMUP, measure)
                     .await?;
             eprintln!(
-                "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)",
+                "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)  peak rss {:>5.0} MiB",
                 kind.name(),
                 result.p50_ms,
                 result.p99_ms,
                 result.max_ms,
                 result.sent,
-                result.received
+                result.received,
+                peak_rss_mib(&server)
             );
             latencies.push((kind, result));
         }
@@ -171,7 +185,12 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             let run = format!("c{run_id}");
             let mb_s =
                 scenarios::catch_up(&server.base, &run, 8 << 20, 64 << 10, 4, passes).await?;
-            eprintln!("   {:<24} {:>9.0} MB/s", kind.name(), mb_s);
+            eprintln!(
+                "   {:<24} {:>9.0} MB/s  peak rss {:>5.0} MiB",
+                kind.name(),
+                mb_s,
+                peak_rss_mib(&server)
+            );
             reads.push((kind, mb_s));
         }
         let base = reads[0].1;
@@ -215,7 +234,7 @@ async fn fan_out(
         )
         .await?;
         eprintln!(
-            "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  rss {:>6.1} KiB/idle reader  cpu {:.2} cores  {} sent, {} of {} delivered, {} reader errors",
+            "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>8.2} ms  rss {:>6.1} KiB/idle reader  cpu {:.2} cores  {} sent, {} of {} delivered, {} reader errors  peak rss {:>5.0} MiB",
             kind.name(),
             result.p50_ms,
             result.p99_ms,
@@ -225,7 +244,8 @@ async fn fan_out(
             result.sent,
             result.received,
             result.expected,
-            result.reader_errors
+            result.reader_errors,
+            peak_rss_mib(&server)
         );
         results.push((kind, result));
     }
@@ -241,4 +261,62 @@ async fn fan_out(
         );
     }
     Ok(())
+}
+
+/// How an append measure loads the servers.
+#[derive(Clone, Copy)]
+enum AppendLoad {
+    /// `writers` writers, each appending as soon as its last append is acknowledged, spread
+    /// over `streams` streams.
+    BackToBack { writers: usize, streams: usize },
+    /// `streams` streams appended to at `rate` appends a second each.
+    FixedRate { streams: usize, rate: u32 },
+}
+
+/// One append measure on each server, with tapedeck's ratios to the others.
+async fn append_measure(
+    cli: &Cli,
+    kinds: &[Kind],
+    bins: &Binaries,
+    run: &str,
+    load: AppendLoad,
+) -> Result<()> {
+    let measure = Duration::from_secs(cli.seconds);
+    let mut results = Vec::new();
+    for &kind in kinds {
+        let server = servers::start(kind, bins, &cli.work_dir).await?;
+        let result = match load {
+            AppendLoad::BackToBack { writers, streams } => {
+                scenarios::appends(&server.base, run, writers, streams, 64, WARMUP, measure).await?
+            }
+            AppendLoad::FixedRate { streams, rate } => {
+                scenarios::fixed_rate(&server.base, run, streams, rate, WARMUP, measure).await?
+            }
+        };
+        eprintln!(
+            "   {:<24} {:>9.0} appends/s   ack p50 {:>7.2} ms  p99 {:>7.2} ms  peak rss {:>5.0} MiB",
+            kind.name(),
+            result.appends_per_s,
+            result.ack_p50_ms,
+            result.ack_p99_ms,
+            peak_rss_mib(&server)
+        );
+        results.push((kind, result));
+    }
+    let base = &results[0].1;
+    for (kind, result) in &results[1..] {
+        eprintln!(
+            "   tapedeck / {}: {:.2}x appends/s  ack p50 {:.2}x  p99 {:.2}x",
+            kind.name(),
+            base.appends_per_s / result.appends_per_s,
+            base.ack_p50_ms / result.ack_p50_ms,
+            base.ack_p99_ms / result.ack_p99_ms
+        );
+    }
+    Ok(())
+}
+
+/// The highest resident memory `server` has had (it is started fresh for each measure).
+fn peak_rss_mib(server: &servers::Server) -> f64 {
+    procfs::memory(Some(server.pid())).map_or(f64::NAN, |m| m.peak_kib as f64 / 1024.0)
 }

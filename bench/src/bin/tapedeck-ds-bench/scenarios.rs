@@ -1,5 +1,6 @@
-//! The three measures, each against one server's stream base URL: durable appends with many
-//! writers, SSE append→receive latency under a fixed rate, and catch-up read throughput.
+//! The measures, each against one server's stream base URL: durable appends with many writers
+//! (on as many streams, or on one), appends at a fixed rate, SSE append→receive latency under a
+//! fixed rate, and catch-up read throughput.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -61,27 +62,30 @@ pub(crate) fn ms(histogram: &Histogram<u64>, quantile: f64) -> f64 {
     histogram.value_at_quantile(quantile) as f64 / 1000.0
 }
 
-/// `writers` writers append `body_bytes`-byte messages as fast as acks come back, for
-/// `warmup + measure`; appends acknowledged during `measure` count.
+/// `writers` writers append `body_bytes`-byte messages as fast as acks come back, spread over
+/// `streams` streams (writer `w` on stream `w % streams`), for `warmup + measure`; appends
+/// acknowledged during `measure` count.
 pub(crate) async fn appends(
     base: &str,
     run: &str,
     writers: usize,
+    streams: usize,
     body_bytes: usize,
     warmup: Duration,
     measure: Duration,
 ) -> Result<AppendResult> {
     let client = client();
-    let mut urls = Vec::with_capacity(writers);
-    for w in 0..writers {
-        let url = format!("{base}/{run}-append-{w}");
+    let mut urls = Vec::with_capacity(streams);
+    for s in 0..streams {
+        let url = format!("{base}/{run}-append-{s}");
         create(&client, &url).await?;
         urls.push(url);
     }
     let start = Instant::now();
     let (from, until) = (start + warmup, start + warmup + measure);
     let mut tasks = Vec::with_capacity(writers);
-    for url in urls {
+    for w in 0..writers {
+        let url = urls[w % streams].clone();
         let client = client.clone();
         tasks.push(tokio::spawn(async move {
             let mut histogram = Histogram::<u64>::new(3).expect("histogram");
@@ -179,7 +183,7 @@ pub(crate) async fn sse_latency(
             Ok::<_, anyhow::Error>(histogram)
         }));
     }
-    let sent = write_stamped(&client, urls, rate, epoch, warmup + measure).await?;
+    let (sent, _acks) = write_stamped(&client, urls, rate, epoch, warmup, warmup + measure).await?;
     // The last messages' time to arrive.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -197,20 +201,23 @@ pub(crate) async fn sse_latency(
 }
 
 /// Appends to each of `urls` at `rate` messages a second until `until` after `epoch`, each
-/// message its send time (ns since `epoch`, [`STAMP`] digits); returns how many were sent.
+/// message its send time (ns since `epoch`, [`STAMP`] digits). Returns how many were sent, and
+/// the times to their acknowledgements (µs) of those sent from `from` on.
 pub(crate) async fn write_stamped(
     client: &reqwest::Client,
     urls: Vec<String>,
     rate: u32,
     epoch: Instant,
+    from: Duration,
     until: Duration,
-) -> Result<u64> {
+) -> Result<(u64, Histogram<u64>)> {
     let streams = urls.len();
     let sent = Arc::new(AtomicU64::new(0));
     let mut writers = Vec::with_capacity(streams);
     for (s, url) in urls.into_iter().enumerate() {
         let (client, sent) = (client.clone(), sent.clone());
         writers.push(tokio::spawn(async move {
+            let mut acks = Histogram::<u64>::new(3).expect("histogram");
             let period = Duration::from_secs(1) / rate;
             // Spread the writers over one period so their appends do not arrive in bursts.
             let offset = period * s as u32 / streams as u32;
@@ -225,14 +232,45 @@ pub(crate) async fn write_stamped(
                 let stamp = format!("{:0STAMP$}", at.as_nanos());
                 append(&client, &url, stamp.into_bytes()).await?;
                 sent.fetch_add(1, Ordering::Relaxed);
+                if at >= from {
+                    let micros = epoch.elapsed().saturating_sub(at).as_micros() as u64;
+                    acks.record(micros.max(1))?;
+                }
             }
-            Ok::<_, anyhow::Error>(())
+            Ok::<_, anyhow::Error>(acks)
         }));
     }
+    let mut acks = Histogram::<u64>::new(3)?;
     for writer in writers {
-        writer.await??;
+        acks.add(writer.await??)?;
     }
-    Ok(sent.load(Ordering::Relaxed))
+    Ok((sent.load(Ordering::Relaxed), acks))
+}
+
+/// `streams` streams, each appended to at `rate` messages a second, with no reader: the
+/// acknowledgements' latency under a fixed load. Counts what is sent during `measure`.
+pub(crate) async fn fixed_rate(
+    base: &str,
+    run: &str,
+    streams: usize,
+    rate: u32,
+    warmup: Duration,
+    measure: Duration,
+) -> Result<AppendResult> {
+    let client = client();
+    let mut urls = Vec::with_capacity(streams);
+    for s in 0..streams {
+        let url = format!("{base}/{run}-rate-{s}");
+        create(&client, &url).await?;
+        urls.push(url);
+    }
+    let epoch = Instant::now();
+    let (_, acks) = write_stamped(&client, urls, rate, epoch, warmup, warmup + measure).await?;
+    Ok(AppendResult {
+        appends_per_s: acks.len() as f64 / measure.as_secs_f64(),
+        ack_p50_ms: ms(&acks, 0.5),
+        ack_p99_ms: ms(&acks, 0.99),
+    })
 }
 
 pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {

@@ -1,6 +1,6 @@
 //! The commit pipeline's queue and pacing, on the real pipeline: chunks larger than the queue's
 //! room for bytes still go through it; a commit of several ops holds the next one back for the
-//! interval, a commit of one op does not.
+//! interval, or until as many ops are in hand; a commit of one op does not.
 use std::time::Instant;
 
 use super::*;
@@ -56,6 +56,55 @@ async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does
     ops.try_send(Op::Close.into()).unwrap();
     pipeline.join().unwrap();
     assert_eq!(stored_chunks(&handle, first.recording().key()), 3);
+}
+
+/// Writers that each wait for their acknowledgement (a closed loop) are all back before the
+/// interval is up: their commit starts as soon as it has as many ops as the last one.
+#[tokio::test]
+async fn a_commit_starts_as_soon_as_it_has_as_many_ops_as_the_last_one() {
+    let (_dir, clock, store) = fresh();
+    let handle = store.clone();
+    let first = store.start(&id("first")).await.unwrap();
+    let second = store.start(&id("second")).await.unwrap();
+    store.close().await;
+
+    let writer = pipeline_over(&handle, &clock, INTERVAL);
+    let (ops, queue) = mpsc::channel(8);
+    let append = |writer: &Producer, index: u64| {
+        let (op, ack) = one_byte_append(writer.recording(), writer.session(), index);
+        ops.try_send(op.into()).unwrap();
+        ack
+    };
+    let committed = |ack: oneshot::Receiver<crate::Result<u64>>| async move {
+        tokio::time::timeout(WAIT, ack)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        Instant::now()
+    };
+
+    let (a, b) = (append(&first, 0), append(&second, 0));
+    let pipeline = std::thread::spawn(move || writer.run(queue));
+    let two = committed(a).await;
+    committed(b).await;
+
+    // Both writers are back, one after the other.
+    let a = append(&first, 1);
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let b = append(&second, 1);
+    let again = committed(a).await;
+    committed(b).await;
+    assert!(
+        again - two < CLEARLY_PACED,
+        "the commit waited out the interval although both writers were back ({:?})",
+        again - two
+    );
+
+    ops.try_send(Op::Close.into()).unwrap();
+    pipeline.join().unwrap();
+    assert_eq!(stored_chunks(&handle, first.recording().key()), 2);
+    assert_eq!(stored_chunks(&handle, second.recording().key()), 2);
 }
 
 #[tokio::test]
