@@ -94,10 +94,10 @@ pub(crate) struct ServeArgs {
     #[arg(long, env = "TAPEDECK_CACHE_SIZE", value_parser = parse_positive_size,
           default_value_t = Bytes(Config::default().store.cache_bytes))]
     pub(super) cache_size: Bytes,
-    /// Group commit: after a commit of several producers' tokens, the next one waits, up to
-    /// this long from the last one's start, for as many ops as the last one held, so each disk
-    /// sync carries more (less CPU and disk writes per token, a little more latency). `0s`
-    /// commits as soon as it can.
+    /// Group commit: after a commit of several producers' tokens, the next one may wait for as
+    /// many, for no longer than the last commit took and never past this long from its start,
+    /// so each disk sync carries more (less CPU and disk writes per token, at most one sync's
+    /// time of latency). `0s` commits as soon as it can.
     #[arg(long, env = "TAPEDECK_COMMIT_INTERVAL", value_parser = parse_commit_interval,
           default_value_t = Period(Config::default().store.commit_interval))]
     pub(super) commit_interval: Period,

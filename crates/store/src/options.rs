@@ -38,9 +38,9 @@ pub struct StoreOptions {
     /// Memory redb keeps pages of the file in (reads beyond it come from the OS page cache).
     /// Default 16 MiB.
     pub cache_bytes: usize,
-    /// Group commit: after a commit of several ops, the next one waits, up to this long from
-    /// the last one's start, for as many ops as the last one held, so that each sync carries
-    /// more. Zero commits as soon as the last commit is done. Default 4 ms.
+    /// Group commit: after a commit of several ops, the next one may wait for as many, for no
+    /// longer than the last commit took and never past this long from its start, so that
+    /// each sync carries more. Zero commits as soon as the last commit is done. Default 4 ms.
     pub commit_interval: Duration,
     /// The store is one node of a cluster: commits go to the cluster's log (see
     /// [`Store::replicate_through`](super::Store::replicate_through)) and committed entries
@@ -81,9 +81,9 @@ pub struct StoreSettings {
     pub checkpoint_bytes: u64,
     /// Memory redb keeps pages of the file in (`--cache-size`). Default 16 MiB.
     pub cache_bytes: u64,
-    /// Group commit: after a commit of several ops, the next one waits, up to this long from
-    /// the last one's start, for as many ops as the last one held; zero commits as soon as the
-    /// last commit is done (`--commit-interval`). Default 4 ms.
+    /// Group commit: after a commit of several ops, the next one may wait for as many, for no
+    /// longer than the last commit took and never past this long from its start; zero commits
+    /// as soon as the last commit is done (`--commit-interval`). Default 4 ms.
     pub commit_interval: Duration,
 }
 

@@ -1,22 +1,32 @@
 //! Group commit's pacing: how long the next commit waits for company once its first op is in
 //! hand.
 //!
-//! Under a steady open load of many producers, a commit started at once holds a handful of
-//! tokens: the disk rewrites a 4 KiB block of the log per commit and the server pays a sync and
-//! a round of wake-ups for each (see BENCHMARKS.md, "commit pacing"). So after a commit of
-//! several ops the next one waits, up to the interval from the last one's start, for as many
-//! ops as the last one held. Writers that wait for each acknowledgement before sending again
-//! (a closed loop) are all back well before that, and their commit starts at once: waiting
-//! could only slow them, as nobody else is coming. A commit that held a single op is never
-//! followed by a wait either: a lone producer has nothing to batch with.
+//! A commit starts as soon as the last one is done, with whatever queued meanwhile. After a
+//! commit of several ops, though, the next one may wait a little for more: until it holds as
+//! many ops as the last one did, for no longer than the last one took, and never past
+//! `--commit-interval` from the last one's start. So:
+//! - under a steady open load of many producers, each sync carries about twice what it would
+//!   otherwise, for at most one sync's time of latency (the disk sets the wait, not a fixed
+//!   number);
+//! - writers that wait for each acknowledgement before sending again (a closed loop) are all
+//!   back before long, and their commit then starts at once: nobody else is coming;
+//! - after a commit of a single op nothing waits: a lone producer has nothing to batch with.
 use std::time::{Duration, Instant};
 
 /// When the writer may start its next commit.
 pub(crate) struct Pacing {
     /// Most time from one commit's start to the next one's, while commits hold several ops.
     interval: Duration,
-    /// When the last commit started, and how many ops it held.
-    last: Option<(Instant, usize)>,
+    /// The last commit.
+    last: Option<Last>,
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Last {
+    started: Instant,
+    ops: usize,
+    /// When it was done; `None` while it runs.
+    finished: Option<Instant>,
 }
 
 /// What the next commit waits for, whichever comes first.
@@ -24,12 +34,13 @@ pub(crate) struct Pacing {
 pub(crate) struct Wait {
     /// This many ops in hand: as many as the last commit held.
     pub(crate) ops: usize,
-    /// This instant: the interval after the last commit started.
+    /// This instant: as long after the last commit was done as it took, and no later than the
+    /// interval after it started.
     pub(crate) until: Instant,
 }
 
 impl Pacing {
-    /// Pacing at `interval`; zero turns it off.
+    /// Pacing of at most `interval` from one commit's start to the next; zero turns it off.
     pub(crate) fn new(interval: Duration) -> Self {
         Self {
             interval,
@@ -40,18 +51,32 @@ impl Pacing {
     /// What the next commit waits for, or `None` to start at once: after a commit of one op,
     /// or with pacing off.
     pub(crate) fn wait(&self) -> Option<Wait> {
-        match self.last {
-            Some((started, ops)) if ops > 1 && !self.interval.is_zero() => Some(Wait {
-                ops,
-                until: started + self.interval,
-            }),
-            _ => None,
+        let last = self.last?;
+        if last.ops <= 1 || self.interval.is_zero() {
+            return None;
         }
+        let finished = last.finished?;
+        let took = finished - last.started;
+        Some(Wait {
+            ops: last.ops,
+            until: (finished + took).min(last.started + self.interval),
+        })
     }
 
-    /// Notes that a commit of `ops` ops starts now.
-    pub(crate) fn started(&mut self, ops: usize) {
-        self.last = Some((Instant::now(), ops));
+    /// Notes that a commit of `ops` ops started at `now`.
+    pub(crate) fn started(&mut self, ops: usize, now: Instant) {
+        self.last = Some(Last {
+            started: now,
+            ops,
+            finished: None,
+        });
+    }
+
+    /// Notes that the commit last started was done at `now`.
+    pub(crate) fn finished(&mut self, now: Instant) {
+        if let Some(last) = &mut self.last {
+            last.finished = Some(now);
+        }
     }
 }
 
@@ -59,31 +84,44 @@ impl Pacing {
 mod tests {
     use super::*;
 
+    const MS: Duration = Duration::from_millis(1);
+
     #[test]
-    fn a_commit_of_several_ops_makes_the_next_wait_for_as_many_or_the_interval() {
-        let interval = Duration::from_millis(50);
-        let mut pacing = Pacing::new(interval);
+    fn after_a_commit_of_several_ops_the_next_waits_as_long_as_it_took() {
+        let mut pacing = Pacing::new(4 * MS);
         assert_eq!(pacing.wait(), None, "the first commit starts at once");
 
-        pacing.started(1);
+        let t0 = Instant::now();
+        pacing.started(1, t0);
+        pacing.finished(t0 + MS);
         assert_eq!(
             pacing.wait(),
             None,
             "a commit of one op is followed at once"
         );
 
-        let before = Instant::now();
-        pacing.started(7);
+        pacing.started(7, t0 + MS);
+        pacing.finished(t0 + 2 * MS);
         let wait = pacing.wait().expect("a commit of several ops is paced");
-        assert_eq!(wait.ops, 7);
-        assert!(wait.until >= before + interval);
-        assert!(wait.until <= Instant::now() + interval);
+        assert_eq!(wait.ops, 7, "for as many ops as it held");
+        assert_eq!(wait.until, t0 + 3 * MS, "for as long as it took");
+    }
+
+    #[test]
+    fn the_wait_ends_at_the_interval_after_the_last_start() {
+        let mut pacing = Pacing::new(4 * MS);
+        let t0 = Instant::now();
+        pacing.started(2, t0);
+        pacing.finished(t0 + 3 * MS);
+        assert_eq!(pacing.wait().unwrap().until, t0 + 4 * MS);
     }
 
     #[test]
     fn zero_never_waits() {
         let mut pacing = Pacing::new(Duration::ZERO);
-        pacing.started(1000);
+        let t0 = Instant::now();
+        pacing.started(1000, t0);
+        pacing.finished(t0 + MS);
         assert_eq!(pacing.wait(), None);
     }
 }

@@ -24,7 +24,8 @@ pub(crate) struct WriterSettings {
     pub retention_ms: u64,
     pub tombstone_ms: u64,
     pub clock: Arc<dyn Clock>,
-    /// Most time a commit after one of several ops waits for company (see `pacing`).
+    /// Most time from a commit's start to the next one's, while commits hold several ops (see
+    /// `pacing`).
     pub commit_interval: std::time::Duration,
 }
 
@@ -61,8 +62,8 @@ impl Writer {
         while let Some(op) = ops.blocking_recv() {
             // Group commit: whatever queued up during the previous commit goes in this one...
             let mut closing = push(&mut batch, op) | take_queued(&mut ops, &mut batch);
-            // ...and, when it is paced, what comes until it has as much as the last one, or
-            // until the interval is up.
+            // ...and, after a commit of several ops, what comes until it has as many, for no
+            // longer than that commit took (see `pacing`).
             if let Some(wait) = pacing.wait() {
                 let wanted = wait.ops.min(MAX_OPS_PER_COMMIT);
                 while !closing && batch.len() < wanted {
@@ -77,11 +78,12 @@ impl Writer {
                     }
                 }
             }
-            pacing.started(batch.len());
+            pacing.started(batch.len(), std::time::Instant::now());
             let checkpoints: Vec<Op> = batch
                 .extract_if(.., |op| matches!(op, Op::Checkpoint { .. }))
                 .collect();
             self.commit(&mut batch);
+            pacing.finished(std::time::Instant::now());
             for op in checkpoints {
                 if let Op::Checkpoint { done } = op {
                     let _ = done.send(self.checkpoint());

@@ -1,110 +1,133 @@
-//! The commit pipeline's queue and pacing, on the real pipeline: chunks larger than the queue's
-//! room for bytes still go through it; a commit of several ops holds the next one back for the
-//! interval, or until as many ops are in hand; a commit of one op does not.
+//! The commit pipeline's queue and pacing, on the real pipeline over a slow disk: after a commit
+//! of several ops the next one waits, for as long as that commit took, until as many ops are
+//! in hand; after a commit of one op, nothing waits. Chunks larger than the queue's room for
+//! bytes still go through it.
 use std::time::Instant;
 
 use super::*;
+use crate::ops::Queued;
 
-const INTERVAL: Duration = Duration::from_millis(300);
-/// Less than the interval by more than a commit takes on any disk these tests run on.
-const CLEARLY_PACED: Duration = Duration::from_millis(200);
+/// The most `--commit-interval` allows: longer than any wait these tests expect.
+const INTERVAL: Duration = Duration::from_secs(1);
+/// How long each sync of the log takes in these tests: a slow disk, so that the waits the
+/// pacing chooses are far longer than the machine's noise.
+const SLOW_SYNC: Duration = Duration::from_millis(200);
 
-#[tokio::test]
-async fn a_commit_of_several_ops_holds_the_next_back_and_one_of_a_single_op_does_not() {
-    let (_dir, clock, store) = fresh();
-    let handle = store.clone();
+/// A store whose log syncs take [`SLOW_SYNC`], with a pipeline over it (not yet running) that
+/// paces at [`INTERVAL`], its queue, and two producers.
+async fn slow_pipeline() -> (
+    tempfile::TempDir,
+    TestStore,
+    Writer,
+    mpsc::Sender<Queued>,
+    mpsc::Receiver<Queued>,
+    [Producer; 2],
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let files = super::watched_files::Watched::with_slow_log_syncs(SLOW_SYNC);
+    let options = StoreOptions {
+        files: Arc::new(files),
+        ..options(&clock)
+    };
+    let store = open_path(&db_path(&dir), options);
     let first = store.start(&id("first")).await.unwrap();
     let second = store.start(&id("second")).await.unwrap();
+    let handle = store.clone();
     store.close().await;
-
     let writer = pipeline_over(&handle, &clock, INTERVAL);
     let (ops, queue) = mpsc::channel(8);
-    let append = |writer: &Producer, index: u64| {
-        let (op, ack) = one_byte_append(writer.recording(), writer.session(), index);
-        ops.try_send(op.into()).unwrap();
-        ack
-    };
-    async fn committed(ack: oneshot::Receiver<crate::Result<u64>>) -> Instant {
-        tokio::time::timeout(WAIT, ack)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        Instant::now()
-    }
-
-    // Queued before the writer runs: one commit of two ops.
-    let (a, b) = (append(&first, 0), append(&second, 0));
-    let pipeline = std::thread::spawn(move || writer.run(queue));
-    let two = committed(a).await;
-    committed(b).await;
-
-    let one = committed(append(&first, 1)).await;
-    assert!(
-        one - two >= CLEARLY_PACED,
-        "the commit after one of two ops waited out the interval ({:?})",
-        one - two
-    );
-
-    let next = committed(append(&first, 2)).await;
-    assert!(
-        next - one < CLEARLY_PACED,
-        "the commit after one of a single op was not held back ({:?})",
-        next - one
-    );
-
-    ops.try_send(Op::Close.into()).unwrap();
-    pipeline.join().unwrap();
-    assert_eq!(stored_chunks(&handle, first.recording().key()), 3);
+    (dir, handle, writer, ops, queue, [first, second])
 }
 
-/// Writers that each wait for their acknowledgement (a closed loop) are all back before the
-/// interval is up: their commit starts as soon as it has as many ops as the last one.
+/// Queues a one-byte append by `producer` at `index`; returns when it was sent and its ack.
+fn append(
+    ops: &mpsc::Sender<Queued>,
+    producer: &Producer,
+    index: u64,
+) -> (Instant, oneshot::Receiver<crate::Result<u64>>) {
+    let (op, ack) = one_byte_append(producer.recording(), producer.session(), index);
+    ops.try_send(op.into()).unwrap();
+    (Instant::now(), ack)
+}
+
+/// When `ack` came.
+async fn committed(ack: oneshot::Receiver<crate::Result<u64>>) -> Instant {
+    tokio::time::timeout(WAIT, ack)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    Instant::now()
+}
+
+/// After a commit of two ops, the next commit waits for a second op (it came 50 ms after the
+/// first, well within the 200 ms the last commit took), and starts as soon as it is there.
 #[tokio::test]
-async fn a_commit_starts_as_soon_as_it_has_as_many_ops_as_the_last_one() {
-    let (_dir, clock, store) = fresh();
-    let handle = store.clone();
-    let first = store.start(&id("first")).await.unwrap();
-    let second = store.start(&id("second")).await.unwrap();
-    store.close().await;
-
-    let writer = pipeline_over(&handle, &clock, INTERVAL);
-    let (ops, queue) = mpsc::channel(8);
-    let append = |writer: &Producer, index: u64| {
-        let (op, ack) = one_byte_append(writer.recording(), writer.session(), index);
-        ops.try_send(op.into()).unwrap();
-        ack
-    };
-    let committed = |ack: oneshot::Receiver<crate::Result<u64>>| async move {
-        tokio::time::timeout(WAIT, ack)
-            .await
-            .unwrap()
-            .unwrap()
-            .unwrap();
-        Instant::now()
-    };
-
-    let (a, b) = (append(&first, 0), append(&second, 0));
+async fn after_a_commit_of_two_ops_the_next_waits_for_two_and_starts_when_they_are_in() {
+    let (_dir, store, writer, ops, queue, [first, second]) = slow_pipeline().await;
+    // Queued before the writer runs: one commit of two ops.
+    let (_, a) = append(&ops, &first, 0);
+    let (_, b) = append(&ops, &second, 0);
     let pipeline = std::thread::spawn(move || writer.run(queue));
-    let two = committed(a).await;
+    committed(a).await;
     committed(b).await;
 
-    // Both writers are back, one after the other.
-    let a = append(&first, 1);
-    tokio::time::sleep(Duration::from_millis(20)).await;
-    let b = append(&second, 1);
-    let again = committed(a).await;
-    committed(b).await;
+    let (_, a) = append(&ops, &first, 1);
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    let (b_sent, b) = append(&ops, &second, 1);
+    let (a_done, b_done) = (committed(a).await, committed(b).await);
     assert!(
-        again - two < CLEARLY_PACED,
-        "the commit waited out the interval although both writers were back ({:?})",
-        again - two
+        b_done - a_done < SLOW_SYNC / 2,
+        "the first op waited for the second, and one commit took both ({:?} apart)",
+        b_done - a_done
+    );
+    // Had it waited out the 200 ms, it would have ended about 350 ms after the second was
+    // sent.
+    assert!(
+        a_done - b_sent < SLOW_SYNC + SLOW_SYNC / 3,
+        "the commit started when the second op came ({:?} after it was sent)",
+        a_done - b_sent
     );
 
     ops.try_send(Op::Close.into()).unwrap();
     pipeline.join().unwrap();
-    assert_eq!(stored_chunks(&handle, first.recording().key()), 2);
-    assert_eq!(stored_chunks(&handle, second.recording().key()), 2);
+    assert_eq!(stored_chunks(&store, first.recording().key()), 2);
+    assert_eq!(stored_chunks(&store, second.recording().key()), 2);
+}
+
+/// A lone op after a commit of two waits no longer than that commit took (200 ms), far less
+/// than the interval (1 s); after a commit of that one op, the next op does not wait at all.
+#[tokio::test]
+async fn a_lone_op_waits_no_longer_than_the_last_commit_took_and_never_after_a_lone_op() {
+    let (_dir, store, writer, ops, queue, [first, second]) = slow_pipeline().await;
+    let (_, a) = append(&ops, &first, 0);
+    let (_, b) = append(&ops, &second, 0);
+    let pipeline = std::thread::spawn(move || writer.run(queue));
+    committed(a).await;
+    committed(b).await;
+
+    let (sent, ack) = append(&ops, &first, 1);
+    let took = committed(ack).await - sent;
+    assert!(
+        took >= SLOW_SYNC + SLOW_SYNC / 2,
+        "the lone op waited for company before its own commit ({took:?})"
+    );
+    assert!(
+        took < INTERVAL - SLOW_SYNC,
+        "the lone op waited no longer than the last commit took, not the interval ({took:?})"
+    );
+
+    let (sent, ack) = append(&ops, &first, 2);
+    let took = committed(ack).await - sent;
+    assert!(
+        took < SLOW_SYNC + SLOW_SYNC / 2,
+        "after a commit of one op, the next starts at once ({took:?})"
+    );
+
+    ops.try_send(Op::Close.into()).unwrap();
+    pipeline.join().unwrap();
+    assert_eq!(stored_chunks(&store, first.recording().key()), 3);
 }
 
 #[tokio::test]

@@ -52,6 +52,8 @@ pub(super) struct Seen {
     pub(super) written: HashMap<PathBuf, Vec<u8>>,
     /// Each file as it was at its last sync: what a power cut leaves of it.
     synced: HashMap<PathBuf, Vec<u8>>,
+    /// How long each sync of the log takes at least (a slow disk).
+    log_sync_delay: std::time::Duration,
 }
 
 /// The real file system, watched: it counts every call, and keeps a copy of each file as the
@@ -62,6 +64,13 @@ pub(super) struct Watched(Arc<Mutex<Seen>>);
 impl Watched {
     pub(super) fn seen(&self) -> std::sync::MutexGuard<'_, Seen> {
         self.0.lock().unwrap()
+    }
+
+    /// The real file system, watched, on which every sync of the log takes at least `delay`.
+    pub(super) fn with_slow_log_syncs(delay: std::time::Duration) -> Self {
+        let watched = Self::default();
+        watched.seen().log_sync_delay = delay;
+        watched
     }
 
     fn count(&self, kind: Kind, call: Call) {
@@ -228,6 +237,10 @@ impl FileHandle for WatchedFile {
 
     fn sync_data(&self) -> io::Result<()> {
         self.count(Call::SyncData);
+        if kind(&self.path) == Kind::Log {
+            let delay = self.watched.seen().log_sync_delay;
+            std::thread::sleep(delay);
+        }
         match &self.inner {
             Inner::Database(inner) => inner.sync_data()?,
             Inner::File(inner) => inner.sync_data()?,
