@@ -16,10 +16,9 @@ pub const DEFAULT_CHECKPOINT_BYTES: u64 = 32 * 1024 * 1024;
 /// cache: (c) of the bench replays as fast with 16 MiB as with 64.
 pub const DEFAULT_CACHE_BYTES: u64 = 16 * 1024 * 1024;
 
-/// Default least time between the starts of commits that hold several ops: under the bench's
-/// live load (10,000 tokens/s from 200 producers) it brings the server's CPU and disk writes
-/// per token under Redis's with `appendfsync always`, for 2-4 ms more median latency (see
-/// BENCHMARKS.md, "commit pacing").
+/// Default most time from the start of a commit of several ops to the next one's; the wait is
+/// usually shorter, as long as the last commit took (see `pacing` and BENCHMARKS.md, "Round 4:
+/// the commit policy").
 pub const DEFAULT_COMMIT_INTERVAL: Duration = Duration::from_millis(4);
 
 /// How a [`Store`] behaves.
