@@ -2,7 +2,8 @@
 //! thousands of browsers follow one popular response. Measures append→receive latency at every
 //! reader, the server's resident memory per idle reader, its CPU while the streams are
 //! written, and every reader that failed or missed a message.
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::net::{IpAddr, Ipv4Addr};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,9 @@ use crate::scenarios::{client, create, find, ms, stamps, write_stamped};
 const CONNECTING: usize = 256;
 /// How long the readers sit idle before the server's memory is read.
 const IDLE: Duration = Duration::from_secs(2);
+/// Readers per client source address: one loopback address has about 28,000 ephemeral ports,
+/// so 100,000 readers connect from 127.0.0.1, 127.0.0.2, …
+const READERS_PER_ADDRESS: usize = 20_000;
 
 /// What one fan-out run measured.
 pub(crate) struct FanOutResult {
@@ -44,7 +48,7 @@ pub(crate) async fn fan_out(
     run: &str,
     streams: usize,
     per_stream: usize,
-    rate: u32,
+    rate: f64,
     warmup: Duration,
     measure: Duration,
     pid: u32,
@@ -58,7 +62,9 @@ pub(crate) async fn fan_out(
     }
     let rss_before = procfs::memory(Some(pid)).context("the server's memory")?;
     let epoch = Instant::now();
-    let stop = Arc::new(AtomicBool::new(false));
+    // Told once, to every reader at the same time: 100,000 readers each polling a flag would
+    // keep the bench's own runtime busy.
+    let (stop, stopped) = tokio::sync::watch::channel(false);
     let received = Arc::new(AtomicU64::new(0));
     let errors = Arc::new(AtomicU64::new(0));
     // Stamps sent from this time on (ns since `epoch`) are measured; set once writing starts.
@@ -70,9 +76,10 @@ pub(crate) async fn fan_out(
         .flat_map(|url| std::iter::repeat_n(format!("{url}?offset=now&live=sse"), per_stream))
         .collect();
     let readers = wanted.len();
-    let responses: Vec<_> = futures::stream::iter(wanted)
-        .map(|url| {
-            let client = client.clone();
+    let clients = readers_clients(readers)?;
+    let responses: Vec<_> = futures::stream::iter(wanted.into_iter().enumerate())
+        .map(|(n, url)| {
+            let client = clients[n / READERS_PER_ADDRESS].clone();
             async move {
                 let response = client.get(&url).send().await.ok()?;
                 response.status().is_success().then_some(response)
@@ -87,20 +94,22 @@ pub(crate) async fn fan_out(
             errors.fetch_add(1, Ordering::Relaxed);
             continue;
         };
-        let (stop, received, errors) = (stop.clone(), received.clone(), errors.clone());
+        let (mut stopped, received, errors) = (stopped.clone(), received.clone(), errors.clone());
         let (histogram, record_from) = (histogram.clone(), record_from.clone());
         tasks.push(tokio::spawn(async move {
             let mut body = response.bytes_stream();
             let mut buffer = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
-                let next = tokio::time::timeout(Duration::from_millis(200), body.next()).await;
-                let chunk = match next {
-                    Ok(Some(Ok(chunk))) => chunk,
-                    Ok(Some(Err(_)) | None) => {
-                        errors.fetch_add(1, Ordering::Relaxed);
-                        return;
-                    }
-                    Err(_) => continue,
+            loop {
+                let chunk = tokio::select! {
+                    biased;
+                    _ = stopped.changed() => return,
+                    next = body.next() => match next {
+                        Some(Ok(chunk)) => chunk,
+                        Some(Err(_)) | None => {
+                            errors.fetch_add(1, Ordering::Relaxed);
+                            return;
+                        }
+                    },
                 };
                 let now = epoch.elapsed();
                 buffer.extend_from_slice(&chunk);
@@ -134,7 +143,7 @@ pub(crate) async fn fan_out(
     let server_cores = (cpu_after - cpu_before) / (warmup + measure).as_secs_f64();
     // The last messages' time to arrive.
     tokio::time::sleep(Duration::from_secs(1)).await;
-    stop.store(true, Ordering::Relaxed);
+    let _ = stop.send(true);
     for task in tasks {
         let _ = task.await;
     }
@@ -150,4 +159,19 @@ pub(crate) async fn fan_out(
         rss_per_reader_kib,
         server_cores,
     })
+}
+
+/// One HTTP client per [`READERS_PER_ADDRESS`] readers, each connecting from its own loopback
+/// address.
+fn readers_clients(readers: usize) -> Result<Vec<reqwest::Client>> {
+    (0..readers.div_ceil(READERS_PER_ADDRESS).max(1))
+        .map(|n| {
+            let address = Ipv4Addr::new(127, 0, 0, 1 + u8::try_from(n)?);
+            Ok(reqwest::Client::builder()
+                .pool_max_idle_per_host(usize::MAX)
+                .tcp_nodelay(true)
+                .local_address(IpAddr::V4(address))
+                .build()?)
+        })
+        .collect()
 }

@@ -183,7 +183,15 @@ pub(crate) async fn sse_latency(
             Ok::<_, anyhow::Error>(histogram)
         }));
     }
-    let (sent, _acks) = write_stamped(&client, urls, rate, epoch, warmup, warmup + measure).await?;
+    let (sent, _acks) = write_stamped(
+        &client,
+        urls,
+        f64::from(rate),
+        epoch,
+        warmup,
+        warmup + measure,
+    )
+    .await?;
     // The last messages' time to arrive.
     tokio::time::sleep(Duration::from_millis(500)).await;
     stop.store(true, Ordering::Relaxed);
@@ -200,13 +208,14 @@ pub(crate) async fn sse_latency(
     })
 }
 
-/// Appends to each of `urls` at `rate` messages a second until `until` after `epoch`, each
+/// Appends to each of `urls` at `rate` messages a second (less than one is slower than one a
+/// second) until `until` after `epoch`, each
 /// message its send time (ns since `epoch`, [`STAMP`] digits). Returns how many were sent, and
 /// the times to their acknowledgements (µs) of those sent from `from` on.
 pub(crate) async fn write_stamped(
     client: &reqwest::Client,
     urls: Vec<String>,
-    rate: u32,
+    rate: f64,
     epoch: Instant,
     from: Duration,
     until: Duration,
@@ -218,7 +227,7 @@ pub(crate) async fn write_stamped(
         let (client, sent) = (client.clone(), sent.clone());
         writers.push(tokio::spawn(async move {
             let mut acks = Histogram::<u64>::new(3).expect("histogram");
-            let period = Duration::from_secs(1) / rate;
+            let period = Duration::from_secs_f64(1.0 / rate);
             // Spread the writers over one period so their appends do not arrive in bursts.
             let offset = period * s as u32 / streams as u32;
             let mut ticker = tokio::time::interval_at(tokio::time::Instant::now() + offset, period);
@@ -265,7 +274,15 @@ pub(crate) async fn fixed_rate(
         urls.push(url);
     }
     let epoch = Instant::now();
-    let (_, acks) = write_stamped(&client, urls, rate, epoch, warmup, warmup + measure).await?;
+    let (_, acks) = write_stamped(
+        &client,
+        urls,
+        f64::from(rate),
+        epoch,
+        warmup,
+        warmup + measure,
+    )
+    .await?;
     Ok(AppendResult {
         appends_per_s: acks.len() as f64 / measure.as_secs_f64(),
         ack_p50_ms: ms(&acks, 0.5),

@@ -74,8 +74,8 @@ pub(crate) async fn start(kind: Kind, bins: &Binaries, work_dir: &Path) -> Resul
                 .arg(format!("127.0.0.1:{port}"))
                 .arg("--data-dir")
                 .arg(dir)
-                // The fan-out measure holds 10,000 connections; the default allows 4,096.
-                .args(["--http-max-connections", "20000"]);
+                // The fan-out measure holds up to 100,000 connections; the default allows 4,096.
+                .args(["--http-max-connections", "200000"]);
             c.env("RUST_LOG", "warn");
             c
         }
