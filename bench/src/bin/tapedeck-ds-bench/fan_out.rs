@@ -3,7 +3,7 @@
 //! reader, the server's resident memory per idle reader, its CPU while the streams are
 //! written, and every reader that failed or missed a message.
 use std::net::{IpAddr, Ipv4Addr};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -18,9 +18,12 @@ use crate::scenarios::{client, create, find, ms, stamps, write_stamped};
 const CONNECTING: usize = 256;
 /// How long the readers sit idle before the server's memory is read.
 const IDLE: Duration = Duration::from_secs(2);
-/// Readers per client source address: one loopback address has about 28,000 ephemeral ports,
-/// so 100,000 readers connect from 127.0.0.1, 127.0.0.2, …
-const READERS_PER_ADDRESS: usize = 20_000;
+/// Readers per client source address. A client bound to an address picks its ports from that
+/// address's ~28,000 ephemeral ones, and the ports of an earlier run may still be in
+/// TIME_WAIT, so each client takes a loopback address no earlier client of this process had.
+const READERS_PER_ADDRESS: usize = 10_000;
+/// Loopback source addresses handed out so far (127.1.0.0, 127.1.0.1, …).
+static ADDRESSES_USED: AtomicU32 = AtomicU32::new(0);
 
 /// What one fan-out run measured.
 pub(crate) struct FanOutResult {
@@ -161,12 +164,13 @@ pub(crate) async fn fan_out(
     })
 }
 
-/// One HTTP client per [`READERS_PER_ADDRESS`] readers, each connecting from its own loopback
-/// address.
+/// One HTTP client per [`READERS_PER_ADDRESS`] readers, each connecting from a loopback
+/// address of its own.
 fn readers_clients(readers: usize) -> Result<Vec<reqwest::Client>> {
     (0..readers.div_ceil(READERS_PER_ADDRESS).max(1))
-        .map(|n| {
-            let address = Ipv4Addr::new(127, 0, 0, 1 + u8::try_from(n)?);
+        .map(|_| {
+            let [_, _, high, low] = ADDRESSES_USED.fetch_add(1, Ordering::Relaxed).to_be_bytes();
+            let address = Ipv4Addr::new(127, 1, high, low);
             Ok(reqwest::Client::builder()
                 .pool_max_idle_per_host(usize::MAX)
                 .tcp_nodelay(true)

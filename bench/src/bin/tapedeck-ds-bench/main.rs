@@ -61,8 +61,9 @@ struct Cli {
     /// SSE readers on each stream of the fan-out measure.
     #[arg(long, default_value_t = 100)]
     fan_out_readers: usize,
-    /// Messages a second per stream in the fan-out measure (0.2 is one every 5 s: 100,000
-    /// readers are `--fan-out-streams 1000 --fan-out-readers 100 --fan-out-rate 0.2`).
+    /// Messages a second per stream in the fan-out measure (below one is slower: 100,000
+    /// readers are `--fan-out-streams 1000 --fan-out-readers 100 --fan-out-rate 0.2`, which
+    /// needs an open-file limit over 100,000 for the bench and the server).
     #[arg(long, default_value_t = 2.0)]
     fan_out_rate: f64,
     /// Writers of the one-stream measure, all appending to one stream.
