@@ -55,16 +55,18 @@ impl Writer {
         let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
         let mut pacing = Pacing::new(self.settings.commit_interval);
         // Only to wait for the queue with a deadline; the writer's work stays on this thread.
+        // Without one (the process is out of file descriptors), commits are not paced.
         let timer = tokio::runtime::Builder::new_current_thread()
             .enable_time()
             .build()
-            .expect("a timer for the commit pipeline");
+            .inspect_err(|err| tracing::warn!(error = %err, "commits are not paced: no timer for the commit pipeline"))
+            .ok();
         while let Some(op) = ops.blocking_recv() {
             // Group commit: whatever queued up during the previous commit goes in this one...
             let mut closing = push(&mut batch, op) | take_queued(&mut ops, &mut batch);
             // ...and, after a commit of several ops, what comes until it has as many, for no
             // longer than that commit took (see `pacing`).
-            if let Some(wait) = pacing.wait() {
+            if let (Some(wait), Some(timer)) = (pacing.wait(), &timer) {
                 let wanted = wait.ops.min(MAX_OPS_PER_COMMIT);
                 while !closing && batch.len() < wanted {
                     let until = wait.until.into();
