@@ -2,9 +2,11 @@
 # The Durable Streams comparison of BENCHMARKS.md: tapedeck's HTTP face against Electric's
 # durable-streams-server (crate durable-streams 0.1.5, WAL durability) and
 # durable-streams-server 0.3.0 in acid (redb) mode, one run:
-#   appends/s with 1,000 writers; SSE append→receive latency, 200 streams × 50 messages/s;
-#   catch-up read MB/s; fan-out, 100 streams × 100 SSE readers (10,000 connections; the
-#   open-file limit is raised to its hard maximum, which must allow it).
+#   appends/s with 1,000 writers, and with 32 writers on one stream; ack latency at a fixed
+#   rate (100 streams × 10 appends/s); SSE append→receive latency, 200 streams × 50
+#   messages/s; catch-up read MB/s; fan-out, 100 streams × 100 SSE readers (10,000
+#   connections; the open-file limit is raised as far as the process may, which must allow
+#   it); each server's peak memory per measure.
 # Installs the two peers with `cargo install` into target/ds-peers the first time (a few
 # minutes on 2 cores). Extra arguments go to tapedeck-ds-bench (e.g. --seconds 5).
 set -euo pipefail
