@@ -5,7 +5,7 @@
 //! commit of several ops, though, the next one may wait a little for more: until it holds as
 //! many ops as the last one did, for no longer than the last one took, and never past
 //! `--commit-interval` from the last one's start. So:
-//! - under a steady open load of many producers, each sync carries about twice what it would
+//! - under a steady open load of many producers, each sync carries more than it would
 //!   otherwise, for at most one sync's time of latency (the disk sets the wait, not a fixed
 //!   number);
 //! - writers that wait for each acknowledgement before sending again (a closed loop) are all
