@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 
 use crate::procfs;
-use crate::scenarios::{client, create, find, ms, stamps, write_stamped};
+use crate::scenarios::{client, create_streams, find, ms, stamps, write_stamped};
 
 /// Readers connecting at once.
 const CONNECTING: usize = 256;
@@ -57,12 +57,7 @@ pub(crate) async fn fan_out(
     pid: u32,
 ) -> Result<FanOutResult> {
     let client = client();
-    let mut urls = Vec::with_capacity(streams);
-    for s in 0..streams {
-        let url = format!("{base}/{run}-fan-{s}");
-        create(&client, &url).await?;
-        urls.push(url);
-    }
+    let urls = create_streams(&client, &format!("{base}/{run}-fan"), streams).await?;
     let rss_before = procfs::memory(Some(pid)).context("the server's memory")?;
     let epoch = Instant::now();
     // Told once, to every reader at the same time: 100,000 readers each polling a flag would

@@ -45,6 +45,21 @@ pub(crate) async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
     Ok(())
 }
 
+/// Creates `count` streams named `{prefix}-0`, `{prefix}-1`, …; returns their URLs.
+pub(crate) async fn create_streams(
+    client: &reqwest::Client,
+    prefix: &str,
+    count: usize,
+) -> Result<Vec<String>> {
+    let mut urls = Vec::with_capacity(count);
+    for n in 0..count {
+        let url = format!("{prefix}-{n}");
+        create(client, &url).await?;
+        urls.push(url);
+    }
+    Ok(urls)
+}
+
 pub(crate) async fn append(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<()> {
     let response = client
         .post(url)
@@ -75,12 +90,7 @@ pub(crate) async fn appends(
     measure: Duration,
 ) -> Result<AppendResult> {
     let client = client();
-    let mut urls = Vec::with_capacity(streams);
-    for s in 0..streams {
-        let url = format!("{base}/{run}-append-{s}");
-        create(&client, &url).await?;
-        urls.push(url);
-    }
+    let urls = create_streams(&client, &format!("{base}/{run}-append"), streams).await?;
     let start = Instant::now();
     let (from, until) = (start + warmup, start + warmup + measure);
     let mut tasks = Vec::with_capacity(writers);
@@ -136,12 +146,7 @@ pub(crate) async fn sse_latency(
     let epoch = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
-    let mut urls = Vec::with_capacity(streams);
-    for s in 0..streams {
-        let url = format!("{base}/{run}-sse-{s}");
-        create(&client, &url).await?;
-        urls.push(url);
-    }
+    let urls = create_streams(&client, &format!("{base}/{run}-sse"), streams).await?;
     let record_from = warmup;
     let mut readers = Vec::with_capacity(streams);
     for url in &urls {
@@ -267,12 +272,7 @@ pub(crate) async fn fixed_rate(
     measure: Duration,
 ) -> Result<AppendResult> {
     let client = client();
-    let mut urls = Vec::with_capacity(streams);
-    for s in 0..streams {
-        let url = format!("{base}/{run}-rate-{s}");
-        create(&client, &url).await?;
-        urls.push(url);
-    }
+    let urls = create_streams(&client, &format!("{base}/{run}-rate"), streams).await?;
     let epoch = Instant::now();
     let (_, acks) = write_stamped(
         &client,

@@ -13,31 +13,55 @@ const INTERVAL: Duration = Duration::from_secs(1);
 /// pacing chooses are far longer than the machine's noise.
 const SLOW_SYNC: Duration = Duration::from_millis(200);
 
-/// A store whose log syncs take [`SLOW_SYNC`], with a pipeline over it (not yet running) that
-/// paces at [`INTERVAL`], its queue, and two producers.
-async fn slow_pipeline() -> (
-    tempfile::TempDir,
-    TestStore,
-    Writer,
-    mpsc::Sender<Queued>,
-    mpsc::Receiver<Queued>,
-    [Producer; 2],
-) {
-    let dir = tempfile::tempdir().unwrap();
-    let clock = ManualClock::new(T0);
-    let files = super::watched_files::Watched::with_slow_log_syncs(SLOW_SYNC);
-    let options = StoreOptions {
-        files: Arc::new(files),
-        ..options(&clock)
-    };
-    let store = open_path(&db_path(&dir), options);
-    let first = store.start(&id("first")).await.unwrap();
-    let second = store.start(&id("second")).await.unwrap();
-    let handle = store.clone();
-    store.close().await;
-    let writer = pipeline_over(&handle, &clock, INTERVAL);
-    let (ops, queue) = mpsc::channel(8);
-    (dir, handle, writer, ops, queue, [first, second])
+/// A store whose log syncs take [`SLOW_SYNC`], its pipeline running and pacing at
+/// [`INTERVAL`], after a first commit of two ops (one append by each of two producers).
+struct SlowPipeline {
+    _dir: tempfile::TempDir,
+    store: TestStore,
+    ops: mpsc::Sender<Queued>,
+    pipeline: std::thread::JoinHandle<()>,
+    producers: [Producer; 2],
+}
+
+impl SlowPipeline {
+    async fn after_a_commit_of_two() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let clock = ManualClock::new(T0);
+        let files = super::watched_files::Watched::with_slow_log_syncs(SLOW_SYNC);
+        let options = StoreOptions {
+            files: Arc::new(files),
+            ..options(&clock)
+        };
+        let store = open_path(&db_path(&dir), options);
+        let first = store.start(&id("first")).await.unwrap();
+        let second = store.start(&id("second")).await.unwrap();
+        let handle = store.clone();
+        store.close().await;
+        let writer = pipeline_over(&handle, &clock, INTERVAL);
+        let (ops, queue) = mpsc::channel(8);
+        // Queued before the writer runs: one commit of two ops.
+        let (_, a) = append(&ops, &first, 0);
+        let (_, b) = append(&ops, &second, 0);
+        let pipeline = std::thread::spawn(move || writer.run(queue));
+        committed(a).await;
+        committed(b).await;
+        Self {
+            _dir: dir,
+            store: handle,
+            ops,
+            pipeline,
+            producers: [first, second],
+        }
+    }
+
+    /// Closes the pipeline; returns how many chunks each producer's recording holds.
+    fn close(self) -> [usize; 2] {
+        self.ops.try_send(Op::Close.into()).unwrap();
+        self.pipeline.join().unwrap();
+        self.producers
+            .each_ref()
+            .map(|p| stored_chunks(&self.store, p.recording().key()))
+    }
 }
 
 /// Queues a one-byte append by `producer` at `index`; returns when it was sent and its ack.
@@ -65,17 +89,11 @@ async fn committed(ack: oneshot::Receiver<crate::Result<u64>>) -> Instant {
 /// first, well within the 200 ms the last commit took), and starts as soon as it is there.
 #[tokio::test]
 async fn after_a_commit_of_two_ops_the_next_waits_for_two_and_starts_when_they_are_in() {
-    let (_dir, store, writer, ops, queue, [first, second]) = slow_pipeline().await;
-    // Queued before the writer runs: one commit of two ops.
-    let (_, a) = append(&ops, &first, 0);
-    let (_, b) = append(&ops, &second, 0);
-    let pipeline = std::thread::spawn(move || writer.run(queue));
-    committed(a).await;
-    committed(b).await;
-
-    let (_, a) = append(&ops, &first, 1);
+    let slow = SlowPipeline::after_a_commit_of_two().await;
+    let (ops, [first, second]) = (&slow.ops, &slow.producers);
+    let (_, a) = append(ops, first, 1);
     tokio::time::sleep(Duration::from_millis(50)).await;
-    let (b_sent, b) = append(&ops, &second, 1);
+    let (b_sent, b) = append(ops, second, 1);
     let (a_done, b_done) = (committed(a).await, committed(b).await);
     assert!(
         b_done - a_done < SLOW_SYNC / 2,
@@ -90,24 +108,16 @@ async fn after_a_commit_of_two_ops_the_next_waits_for_two_and_starts_when_they_a
         a_done - b_sent
     );
 
-    ops.try_send(Op::Close.into()).unwrap();
-    pipeline.join().unwrap();
-    assert_eq!(stored_chunks(&store, first.recording().key()), 2);
-    assert_eq!(stored_chunks(&store, second.recording().key()), 2);
+    assert_eq!(slow.close(), [2, 2]);
 }
 
 /// A lone op after a commit of two waits no longer than that commit took (200 ms), far less
 /// than the interval (1 s); after a commit of that one op, the next op does not wait at all.
 #[tokio::test]
 async fn a_lone_op_waits_no_longer_than_the_last_commit_took_and_never_after_a_lone_op() {
-    let (_dir, store, writer, ops, queue, [first, second]) = slow_pipeline().await;
-    let (_, a) = append(&ops, &first, 0);
-    let (_, b) = append(&ops, &second, 0);
-    let pipeline = std::thread::spawn(move || writer.run(queue));
-    committed(a).await;
-    committed(b).await;
-
-    let (sent, ack) = append(&ops, &first, 1);
+    let slow = SlowPipeline::after_a_commit_of_two().await;
+    let (ops, [first, _]) = (&slow.ops, &slow.producers);
+    let (sent, ack) = append(ops, first, 1);
     let took = committed(ack).await - sent;
     assert!(
         took >= SLOW_SYNC + SLOW_SYNC / 2,
@@ -118,16 +128,14 @@ async fn a_lone_op_waits_no_longer_than_the_last_commit_took_and_never_after_a_l
         "the lone op waited no longer than the last commit took, not the interval ({took:?})"
     );
 
-    let (sent, ack) = append(&ops, &first, 2);
+    let (sent, ack) = append(ops, first, 2);
     let took = committed(ack).await - sent;
     assert!(
         took < SLOW_SYNC + SLOW_SYNC / 2,
         "after a commit of one op, the next starts at once ({took:?})"
     );
 
-    ops.try_send(Op::Close.into()).unwrap();
-    pipeline.join().unwrap();
-    assert_eq!(stored_chunks(&store, first.recording().key()), 3);
+    assert_eq!(slow.close(), [3, 1]);
 }
 
 #[tokio::test]
