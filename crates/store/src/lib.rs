@@ -25,7 +25,7 @@
 //!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
 //!   logged tables, the encoded changes, rolling a file forward through the log);
 //!   `recovery`: opening a file, rolling it forward, checking its schema, and finding what
-//!   the last run left live; `upgrade`: rewriting files of older schemas; `replicated`: the
+//!   the last run left live (`live_index`: the table that names them); `upgrade`: rewriting files of older schemas; `replicated`: the
 //!   store as a node of a cluster (commits proposed to its log, committed entries applied);
 //!   `table_dump`: a node's tables as one stream of bytes, what a snapshot of the cluster's
 //!   log holds; `reads`: the read API; `listing`: reading rows, tombstones and pages of them.
@@ -43,6 +43,7 @@ mod journal;
 mod kept_unfolded;
 mod listing;
 mod live;
+mod live_index;
 pub mod offline;
 mod ops;
 mod options;

@@ -10,6 +10,7 @@ use redb::{Database, ReadableDatabase, ReadableTable};
 
 use super::files::{Files, OpenMode, database_on};
 use super::journal::{self, JournalView};
+use super::live_index::LIVE;
 use super::schema::{
     CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, SCHEMA_VERSION, SCHEMA_VERSION_KEY, STARTED,
     TOMBSTONE_EXPIRY, TOMBSTONES, decode_meta,
@@ -238,6 +239,7 @@ fn check_schema(db: &Database, path: &Path) -> Result<()> {
         txn.open_table(STARTED).map_err(Error::storage)?;
         txn.open_table(TOMBSTONES).map_err(Error::storage)?;
         txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?;
+        txn.open_table(LIVE).map_err(Error::storage)?;
         match found {
             Some(SCHEMA_VERSION) => {}
             Some(old) if (upgrade::OLDEST_UPGRADABLE..SCHEMA_VERSION).contains(&old) => {
@@ -278,8 +280,9 @@ fn fold_journal(db: &Database) -> Result<()> {
     Ok(())
 }
 
-/// Scans the `recordings` rows for the live ones, with the chunk count and length read off
-/// their last chunk (never a scan of their chunks). They stay `recording` in the file.
+/// Reads the live recordings named in `live`, with the chunk count and length read off their
+/// last chunk (never a scan of their chunks): start-up reads as many rows as recordings are
+/// live, whatever the number stored. They stay `recording` in the file.
 /// `views` holds the newest unfolded chunk of each recording that has any, taken before `txn`
 /// began.
 pub(crate) fn live_recordings(
@@ -289,13 +292,20 @@ pub(crate) fn live_recordings(
     let mut live = Vec::new();
     let recordings = txn.open_table(RECORDINGS).map_err(Error::storage)?;
     let streams = super::schema::optional_table(txn, super::stream_row::STREAMS)?;
-    for entry in recordings.iter().map_err(Error::storage)? {
-        let (key, value) = entry.map_err(Error::storage)?;
-        let meta = decode_meta(value.value())?;
+    for entry in txn
+        .open_table(LIVE)
+        .map_err(Error::storage)?
+        .iter()
+        .map_err(Error::storage)?
+    {
+        let key = entry.map_err(Error::storage)?.0.value();
+        let meta = match recordings.get(key).map_err(Error::storage)? {
+            Some(row) => decode_meta(row.value())?,
+            None => return Err(unindexed(key, "has no row")),
+        };
         if !meta.status.is_live() {
-            continue;
+            return Err(unindexed(key, "is not live"));
         }
-        let key = key.value();
         let view = views.remove(&key).unwrap_or_default();
         let view = view.of_generation(meta.generation);
         let (chunks, bytes) = StoredChunks::open(txn, key, &meta, view)?.progress()?;
@@ -316,4 +326,12 @@ pub(crate) fn live_recordings(
         });
     }
     Ok(live)
+}
+
+/// The `live` table names a recording that its row does not show live: the two were written
+/// in one transaction, so the file is damaged.
+fn unindexed(key: u128, why: &str) -> Error {
+    Error::Corrupt {
+        detail: format!("recording {key:032x} is listed as live but {why}"),
+    }
 }

@@ -2,7 +2,8 @@
 //! `chunks` (segments of consecutive chunks; a live one's newest chunks are in the journal, in
 //! memory and in the write-ahead log, until they fill a segment), one `recordings` row, one
 //! `started` entry, and, once finished, one `expiry` entry. A collected recording leaves a
-//! `tombstones` row, itself collected through `tombstone_expiry`.
+//! `tombstones` row, itself collected through `tombstone_expiry`. While it is live, its
+//! conversation is in `live` (see `live_index`).
 use redb::TableDefinition;
 use serde::{Deserialize, Serialize};
 
@@ -12,7 +13,7 @@ use crate::status::Status;
 
 /// Version of the layout below; older versions are upgraded on open (see `upgrade`), newer
 /// ones refused.
-pub const SCHEMA_VERSION: u64 = 4;
+pub const SCHEMA_VERSION: u64 = 5;
 
 /// `(conversation, index of the segment's first chunk)` → a [segment](super::segment): a run of
 /// the recording's consecutive chunks, each a chunk value (start byte offset, 8 bytes,

@@ -6,7 +6,7 @@
 //! holds live data only: no free pages, and no chunks of an ended recording whose copy in the
 //! object store stands for them (the tier dropped them from `chunks`). The unfolded chunks
 //! travel in the `unfolded` table (see `kept_unfolded`); `meta`, about the file itself, does
-//! not travel.
+//! not travel, nor does `live`, which the rows it indexes rebuild on install.
 //!
 //! Format: [`MAGIC`], then each table of [`each_table`] in its order: its tag (one byte), each
 //! row as `1`, the key's length (u32, little-endian), the key, the value's length, the value;
@@ -20,6 +20,7 @@ use redb::{
 
 use super::Store;
 use super::kept_unfolded::{self, UNFOLDED};
+use super::live_index::{self, LIVE};
 use super::replicated::{APPLIED_KEY, CLUSTER, commit_durably};
 use super::schema::{
     CHUNKS, EXPIRY, JOURNAL, META, RECORDINGS, STARTED, TOMBSTONE_EXPIRY, TOMBSTONES,
@@ -107,6 +108,7 @@ impl Store {
             if byte(input)? != END {
                 return Err(malformed("it goes on past its last table"));
             }
+            live_index::rebuild(&txn)?;
             *unfolded = kept_unfolded::kept_in(&txn)?;
             let applied = {
                 let table = txn.open_table(CLUSTER).map_err(Error::storage)?;
@@ -136,7 +138,10 @@ fn check_tables(txn: &ReadTransaction) -> Result<()> {
             Ok(())
         }
     }
-    let mut known = Names(HashSet::from([META.name().to_string()]));
+    let mut known = Names(HashSet::from([
+        META.name().to_string(),
+        LIVE.name().to_string(),
+    ]));
     each_table(&mut known)?;
     for table in txn.list_tables().map_err(Error::storage)? {
         if !known.0.contains(table.name()) {

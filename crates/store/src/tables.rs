@@ -15,6 +15,7 @@ use redb::ReadableTable;
 
 use super::journal::{ChunksTable, DIRECT_CHUNK_BYTES, JournalDelta, JournalIndex};
 use super::live::Chunk;
+use super::live_index::LIVE;
 use super::schema::{
     self, CHUNKS, ChunkLayout, EXPIRY, Gone, RECORDINGS, RecordingMeta, STARTED, TOMBSTONE_EXPIRY,
     TOMBSTONES, decode_meta, decode_tombstone, encode_tombstone,
@@ -30,6 +31,8 @@ use crate::status::Status;
 struct CachedMeta {
     row: Option<RecordingMeta>,
     dirty: bool,
+    /// Whether `live` names the conversation, when known: as read, or as last written.
+    listed_live: Option<bool>,
 }
 
 /// Rows of `recordings` read and changed within one transaction; written back once at the end.
@@ -48,6 +51,7 @@ pub(super) struct Tables<'a, 'txn> {
     tombstone_expiry: Logged<'a, 'txn, (u64, u128), ()>,
     streams: Logged<'a, 'txn, u128, &'static [u8]>,
     sealed: Logged<'a, 'txn, u128, &'static [u8]>,
+    live: Logged<'a, 'txn, u128, ()>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     redo: &'a Redo,
@@ -77,6 +81,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             tombstone_expiry: Logged::open(txn, TOMBSTONE_EXPIRY, TableId::TombstoneExpiry, redo)?,
             streams: Logged::open(txn, STREAMS, TableId::Streams, redo)?,
             sealed: Logged::open(txn, SEALED, TableId::Sealed, redo)?,
+            live: Logged::open(txn, LIVE, TableId::Live, redo)?,
             index,
             delta,
             redo,
@@ -96,7 +101,12 @@ impl<'a, 'txn> Tables<'a, 'txn> {
                     Some(bytes) => Some(decode_meta(bytes.value())?),
                     None => None,
                 };
-                Ok(entry.insert(CachedMeta { row, dirty: false }))
+                let listed_live = Some(row.as_ref().is_some_and(|row| row.status.is_live()));
+                Ok(entry.insert(CachedMeta {
+                    row,
+                    dirty: false,
+                    listed_live,
+                }))
             }
         }
     }
@@ -106,7 +116,19 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     }
 
     fn set_meta(&mut self, key: u128, row: Option<RecordingMeta>) {
-        self.metas.rows.insert(key, CachedMeta { row, dirty: true });
+        let listed_live = self
+            .metas
+            .rows
+            .get(&key)
+            .and_then(|cached| cached.listed_live);
+        self.metas.rows.insert(
+            key,
+            CachedMeta {
+                row,
+                dirty: true,
+                listed_live,
+            },
+        );
     }
 
     /// Stores the row of a recording starting now, in place of whatever the conversation held

@@ -1,7 +1,7 @@
 //! Upgrading files of older schemas in place, on open, in the transaction that checks the
 //! version: schema 1 had no journal; schema 2 rows had no retention of their own nor chunk
 //! layout, and there were no start index and no tombstones; up to schema 3 `chunks` held one
-//! chunk per row, not segments. Every table of the current schema is created by the caller;
+//! chunk per row, not segments; up to schema 4 no table named the live recordings. Every table of the current schema is created by the caller;
 //! this rewrites what changed shape.
 use redb::{ReadableTable, WriteTransaction};
 use serde::Deserialize;
@@ -42,6 +42,9 @@ pub(super) fn upgrade(txn: &WriteTransaction, found: u64) -> Result<u64> {
     }
     if found < 4 {
         rows += pack_chunks(txn)?;
+    }
+    if found < 5 {
+        rows += super::live_index::rebuild(txn)?;
     }
     Ok(rows)
 }

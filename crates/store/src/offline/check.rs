@@ -1,12 +1,14 @@
 //! tapedeck's own invariants, checked by `tapedeck db check` once redb's integrity check has
 //! passed: the schema version, rows and tombstones that decode, the start index and the expiry
-//! schedule against the rows, no stray chunk, journal entry or seal mark.
+//! schedule against the rows, the live index against the rows, no stray chunk, journal entry
+//! or seal mark.
 use std::collections::HashSet;
 
 use redb::{Database, ReadableDatabase, ReadableTable, ReadableTableMetadata};
 
 use super::meta_number;
 use crate::error::{Error, Result};
+use crate::live_index::LIVE;
 use crate::schema::{self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, STARTED, TOMBSTONES};
 use crate::seal_marks::{SEALED, SealMark};
 use crate::segment::Segment;
@@ -34,6 +36,7 @@ pub(super) fn check_invariants(
     let mut stored = HashSet::new();
     let mut ended = HashSet::new();
     let mut started = HashSet::new();
+    let mut live = HashSet::new();
     for (done, row) in rows.iter().map_err(Error::storage)?.enumerate() {
         let (key, value) = row.map_err(Error::storage)?;
         let key = key.value();
@@ -41,7 +44,9 @@ pub(super) fn check_invariants(
         match schema::decode_meta(value.value()) {
             Ok(meta) => {
                 started.insert((meta.created_ms, key));
-                if meta.status != Status::Recording {
+                if meta.status == Status::Recording {
+                    live.insert(key);
+                } else {
                     ended.insert(key);
                 }
             }
@@ -83,6 +88,23 @@ pub(super) fn check_invariants(
     }
     for key in ended.difference(&scheduled) {
         problems.push(format!("ended recording {key:032x} is never collected"));
+    }
+    // Files older than schema 5 have no live index; the version is reported above.
+    if let Some(listed) = schema::optional_table(&txn, LIVE)? {
+        let mut listed_live = HashSet::new();
+        for entry in listed.iter().map_err(Error::storage)? {
+            listed_live.insert(entry.map_err(Error::storage)?.0.value());
+        }
+        for key in live.difference(&listed_live) {
+            problems.push(format!(
+                "live recording {key:032x} is missing from the live index"
+            ));
+        }
+        for key in listed_live.difference(&live) {
+            problems.push(format!(
+                "the live index names {key:032x}, which is not a live recording"
+            ));
+        }
     }
     let chunks = txn.open_table(CHUNKS).map_err(Error::storage)?;
     let mut orphans = HashSet::new();

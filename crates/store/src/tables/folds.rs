@@ -1,6 +1,6 @@
 //! The end of a transaction's work: the journal's chunks folded into `chunks` (those due,
 //! a recording's last ones when it ends, or all of them), and the changed `recordings` rows
-//! written back once, before the commit.
+//! written back once, before the commit, with `live` kept naming the live ones.
 use super::Tables;
 use crate::database::DbHandle;
 use crate::error::{Error, Result};
@@ -11,6 +11,18 @@ impl Tables<'_, '_> {
         for (&key, cached) in &mut self.metas.rows {
             if !std::mem::take(&mut cached.dirty) {
                 continue;
+            }
+            let live = cached
+                .row
+                .as_ref()
+                .is_some_and(|meta| meta.status.is_live());
+            if cached.listed_live != Some(live) {
+                if live {
+                    self.live.insert(key, ()).map_err(Error::storage)?;
+                } else {
+                    self.live.remove(key).map_err(Error::storage)?;
+                }
+                cached.listed_live = Some(live);
             }
             match &cached.row {
                 Some(meta) => {

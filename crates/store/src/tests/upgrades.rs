@@ -145,3 +145,42 @@ async fn a_schema_3_file_is_rolled_forward_through_its_log_then_packed() {
     assert_eq!(segments.len().unwrap(), 2);
     assert_eq!(folded_chunks(&store, key), 4);
 }
+
+/// A file of schema 4 had no live index: the upgrade fills it from the rows, naming the live
+/// recording and not the completed one, and `db check` finds the two in agreement.
+#[tokio::test]
+async fn a_schema_4_file_gains_the_live_index() {
+    let dir = tempfile::tempdir().unwrap();
+    let clock = crate::clock::ManualClock::new(super::T0);
+    {
+        let store = open(&dir, &clock);
+        let mut live = store.start(&id("left-live")).await.unwrap();
+        record(&mut live, &["still ", "going"]).await;
+        let mut done = store.start(&id("completed")).await.unwrap();
+        record(&mut done, &["done"]).await;
+        done.finish(Status::Completed, None).await.unwrap();
+        drop(live);
+        store.close().await;
+    }
+    {
+        // Back to schema 4: no live index.
+        let db = redb::Database::open(super::db_path(&dir)).unwrap();
+        let txn = db.begin_write().unwrap();
+        assert!(txn.delete_table(crate::live_index::LIVE).unwrap());
+        txn.open_table(schema::META)
+            .unwrap()
+            .insert(schema::SCHEMA_VERSION_KEY, 4)
+            .unwrap();
+        txn.commit().unwrap();
+    }
+    let store = open(&dir, &clock);
+    let adopted: Vec<_> = store
+        .live_recordings()
+        .iter()
+        .map(|tape| tape.key())
+        .collect();
+    assert_eq!(adopted, [id("left-live").key()]);
+    store.close().await;
+    let problems = crate::offline::check(&super::db_path(&dir), |_, _| {}).unwrap();
+    assert!(problems.is_empty(), "{problems:?}");
+}

@@ -8,6 +8,7 @@ use redb::{Key, ReadableTable, Table, Value, WriteTransaction};
 use super::redo::{Change, Changes, Edit, TableId};
 use crate::error::{Error, Result};
 use crate::journal::{self, Run};
+use crate::live_index::LIVE;
 use crate::schema::{
     self, CHUNKS, EXPIRY, JOURNAL, RECORDINGS, STARTED, TOMBSTONE_EXPIRY, TOMBSTONES,
 };
@@ -29,6 +30,7 @@ pub(super) struct ChangeTables<'txn, 'u> {
     tombstone_expiry: Table<'txn, (u64, u128), ()>,
     streams: Table<'txn, u128, &'static [u8]>,
     sealed: Table<'txn, u128, &'static [u8]>,
+    live: Table<'txn, u128, ()>,
     /// Whether the log may hold legacy folds (written before schema 4).
     legacy_folds: bool,
     /// Whether runs carry their recording's generation, for readers (rolling forward at open
@@ -58,6 +60,7 @@ impl<'txn, 'u> ChangeTables<'txn, 'u> {
             tombstone_expiry: txn.open_table(TOMBSTONE_EXPIRY).map_err(Error::storage)?,
             streams: txn.open_table(STREAMS).map_err(Error::storage)?,
             sealed: txn.open_table(SEALED).map_err(Error::storage)?,
+            live: txn.open_table(LIVE).map_err(Error::storage)?,
         })
     }
 
@@ -97,6 +100,7 @@ impl<'txn, 'u> ChangeTables<'txn, 'u> {
                 TableId::TombstoneExpiry => apply_edit(&mut self.tombstone_expiry, &edit),
                 TableId::Streams => apply_edit(&mut self.streams, &edit),
                 TableId::Sealed => apply_edit(&mut self.sealed, &edit),
+                TableId::Live => apply_edit(&mut self.live, &edit),
             }
             .map_err(Error::storage)?;
         }

@@ -33,6 +33,7 @@ pub(crate) enum TableId {
     TombstoneExpiry = 6,
     Streams = 7,
     Sealed = 8,
+    Live = 9,
 }
 
 impl TableId {
@@ -47,6 +48,7 @@ impl TableId {
             6 => TableId::TombstoneExpiry,
             7 => TableId::Streams,
             8 => TableId::Sealed,
+            9 => TableId::Live,
             other => return Err(damaged(format!("unknown table {other}"))),
         })
     }

@@ -41,9 +41,9 @@ const FIRST_BYTE: Expectation = Expectation {
           O(log n), flat in practice",
 };
 const RESTART: Expectation = Expectation {
-    growth: Growth::Linear,
-    why: "start-up scans every recording's row for the ones the crash left live, so it is \
-          O(recordings) on top of the bounded log replay",
+    growth: Growth::Flat,
+    why: "start-up reads the recordings the crash left live from the live index, not every \
+          row, on top of the bounded log replay",
 };
 
 /// One size of the curve.
