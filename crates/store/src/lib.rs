@@ -20,7 +20,7 @@
 //!   `publish`: what happens after a commit, or after a failed one.
 //! - `files`: the seam under the store, [`Files`]: every read, write, sync, rename and removal
 //!   of the database file, its log and the disk reserve goes through it ([`RealFiles`] by
-//!   default, a simulated disk in a test).
+//!   default, `sim_disk`'s simulated disk in the power-cut tests).
 //! - `database`: the open file and its write-ahead log, how a commit goes to them; `disk`:
 //!   reopening after I/O errors, and the disk reserve; `wal`: the log itself (frames, the
 //!   logged tables, the encoded changes, rolling a file forward through the log);
@@ -58,6 +58,8 @@ pub mod schema;
 mod seal_marks;
 mod sealing;
 mod segment;
+#[cfg(any(test, feature = "sim"))]
+pub mod sim_disk;
 mod stored_chunks;
 mod stream_row;
 mod table_dump;

@@ -8,6 +8,7 @@ mod files;
 mod group_commit;
 mod journal;
 mod lifecycle;
+mod power_cuts;
 mod refusals;
 mod sealing;
 mod stand_in;
