@@ -3,6 +3,8 @@
 # `cargo test` (extra arguments go to it):
 #   - Debian's redis-server, for the locator's tests (tests/instances/instances.rs);
 #   - Debian's chromium, and playwright-core to drive it (tests/browser, `npm ci`);
+#   - Debian's fiu-utils (libfiu), which makes the server's syncs fail
+#     (tests/durability/failing_disk.rs);
 #   - the foreign clients: @durable-streams/client and playwright-core for the HTTP face, and
 #     @grpc/grpc-js with @grpc/proto-loader for the gRPC one (tests/foreign, `npm ci`), and the
 #     AI SDK and TanStack AI transports
@@ -20,6 +22,7 @@ cd "$(dirname "$0")/.."
 missing=()
 command -v redis-server >/dev/null 2>&1 || missing+=(redis-server)
 command -v chromium >/dev/null 2>&1 || missing+=(chromium)
+command -v fiu-ctrl >/dev/null 2>&1 || missing+=(fiu-utils)
 if [ ${#missing[@]} -gt 0 ]; then
     if [ "$(id -u)" -ne 0 ]; then
         echo "test.sh: ${missing[*]} missing; install Debian's packages (as root)" >&2

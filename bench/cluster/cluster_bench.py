@@ -8,6 +8,7 @@ the one the clients talk to. Last, it times a wiped follower's catch-up: the fol
 SIGKILLed, its data dir emptied, and it is started again under its id; the time until it has
 applied the leader's whole log, divided by the leader's log size, is its catch-up per GiB.
 
+TAPEDECK_BIN=path runs another build than target/release/tapedeck.
 Usage: python3 cluster_bench.py [--duration S] [--scenarios a,b] [--bench-args "..."]
                                 [--node-args "..."]
                                 [--catch-up-only | --no-catch-up | --failover]
@@ -29,7 +30,8 @@ import tempfile
 import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-TAPEDECK = os.path.join(ROOT, "target", "release", "tapedeck")
+# TAPEDECK_BIN runs another build (the one before a change, say) through the same bench.
+TAPEDECK = os.environ.get("TAPEDECK_BIN") or os.path.join(ROOT, "target", "release", "tapedeck")
 BENCH = os.path.join(ROOT, "target", "release", "tapedeck-bench")
 TICK = os.sysconf("SC_CLK_TCK")
 

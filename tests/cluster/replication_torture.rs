@@ -94,7 +94,8 @@ async fn tonic_producer(
     made
 }
 
-/// A small xorshift, seeded from the clock (the seed is printed, to replay a run).
+/// A small xorshift, seeded from the clock or `TAPEDECK_TORTURE_SEED` (the seed is printed, to
+/// replay a run).
 struct Dice(u64);
 
 impl Dice {
@@ -127,12 +128,17 @@ async fn acknowledged_bytes_survive_nodes_killed_and_wiped_under_producers_on_ev
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(4);
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64
-        | 1;
-    eprintln!("torture: {cycles} cycles, seed {seed}");
+    // TAPEDECK_TORTURE_SEED replays a run whose seed was printed.
+    let seed = match std::env::var("TAPEDECK_TORTURE_SEED") {
+        Ok(seed) => seed.parse::<u64>().unwrap_or_else(|_| {
+            panic!("TAPEDECK_TORTURE_SEED must be a whole number, not {seed:?}")
+        }),
+        Err(_) => std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos() as u64,
+    } | 1;
+    eprintln!("torture: {cycles} cycles, seed {seed} (TAPEDECK_TORTURE_SEED={seed} replays it)");
     let mut dice = Dice(seed);
     // Recordings whose producers were cut off by a kill end soon, detached or idle, so that
     // every one settles. Snapshots are frequent: nodes restart past a purged log start, and

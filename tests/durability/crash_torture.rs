@@ -385,6 +385,8 @@ async fn canceller(client: RecorderClient, mut rng: Rng, ledger: Ledger, progres
 #[derive(Default, Debug)]
 struct Totals {
     recordings: u64,
+    /// Recordings with acknowledged bytes whose replay was checked against them.
+    checked: u64,
     acked_bytes: u64,
     seen_bytes: u64,
     replayed_bytes: u64,
@@ -461,6 +463,7 @@ async fn verify(client: &RecorderClient, tracked: &Tracked, totals: &mut Totals)
         return;
     }
     totals.replayed_bytes += text.len() as u64;
+    totals.checked += u64::from(tracked.acked > 0);
     totals.lost_bytes += tracked.acked.saturating_sub(text.len() as u64);
     if tracked.resumed {
         totals.duplicated_bytes += (text.len() as u64).saturating_sub(tracked.sent.len() as u64);
@@ -865,6 +868,12 @@ async fn acknowledged_bytes_survive_random_sigkills() {
     assert!(
         totals.acked_bytes > 0,
         "nothing was acknowledged: {totals:?}"
+    );
+    // At least one recording with acknowledged bytes checked after each restart.
+    assert!(
+        totals.checked >= cycles,
+        "{} acknowledged recordings checked over {cycles} restarts: {totals:?}",
+        totals.checked
     );
     assert!(server.terminate().await.success());
 }

@@ -1,6 +1,6 @@
 //! A fork and its source's fork count are one commit: the real binary is SIGKILLed while
 //! forks of one source are being made, at a different point each round; after the restarts
-//! the source's count is exactly the forks that exist, so deleting them and then the source
+//! every fork answered 201 exists, and the source's count is exactly the forks that exist, so deleting them and then the source
 //! lets the source go (a count left over would keep it, soft-deleted, for ever).
 use crate::common;
 
@@ -38,6 +38,8 @@ async fn a_fork_and_its_source_count_survive_a_sigkill_together() {
     drop(server);
 
     let mut attempted = Vec::new();
+    // Forks answered 201: each must exist after the restarts.
+    let mut acknowledged = std::collections::HashSet::new();
     for round in 0..ROUNDS {
         let (server, base) = serve(dir.path());
         let (made, mut forks_made) = tokio::sync::mpsc::unbounded_channel();
@@ -57,7 +59,7 @@ async fn a_fork_and_its_source_count_survive_a_sigkill_together() {
                             .await;
                         match forked {
                             Ok(r) if r.status() == StatusCode::CREATED => {
-                                let _ = made.send(());
+                                let _ = made.send(name);
                             }
                             Ok(r) => panic!("fork {name}: {}", r.status()),
                             Err(_) => return, // the server was killed
@@ -68,14 +70,19 @@ async fn a_fork_and_its_source_count_survive_a_sigkill_together() {
             .collect();
         // A different point each round, with forks in flight on every client.
         for _ in 0..(3 + 5 * round) {
-            tokio::time::timeout(WAIT, forks_made.recv())
+            let name = tokio::time::timeout(WAIT, forks_made.recv())
                 .await
                 .expect("forks stopped being made")
                 .unwrap();
+            acknowledged.insert(name);
         }
         server.kill();
         for forker in forkers {
             forker.await.unwrap();
+        }
+        drop(made);
+        while let Some(name) = forks_made.recv().await {
+            acknowledged.insert(name);
         }
         drop(names);
         while let Some(name) = tried.recv().await {
@@ -97,11 +104,15 @@ async fn a_fork_and_its_source_count_survive_a_sigkill_together() {
                     .unwrap();
                 assert_eq!(deleted.status(), StatusCode::NO_CONTENT, "{name}");
             }
-            StatusCode::NOT_FOUND => {}
+            StatusCode::NOT_FOUND => assert!(
+                !acknowledged.contains(name),
+                "fork {name} was answered 201, and is gone after the restart"
+            ),
             other => panic!("fork {name}: {other}"),
         }
     }
     assert!(existing > 0, "no fork was made");
+    assert!(existing >= acknowledged.len());
     let deleted = client
         .delete(format!("{base}/source"))
         .send()

@@ -17,6 +17,9 @@ use crate::error::{Error, Result};
 use crate::pb::cluster::cluster_client::ClusterClient;
 use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
 
+/// The longest wait between two attempts to open a session while no leader takes it.
+const RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
+
 /// A content sent to the leader and not acknowledged yet.
 pub(super) struct Unacked {
     /// Byte offset just after it.
@@ -39,10 +42,12 @@ impl Cluster {
     /// Fails with the leader's refusal (at once), or `NoQuorum`.
     pub(super) async fn open_session(&self, open: &Open) -> Result<(Connection, u64)> {
         let deadline = tokio::time::Instant::now() + FAILOVER_WAIT;
-        let mut pause = Duration::from_millis(20);
+        let mut pause = Duration::from_millis(10);
         let mut open = open.clone();
         let first_sent_ms = crate::clock::SystemClock.now_ms();
+        let mut metrics = self.raft.metrics();
         loop {
+            let tried = metrics.borrow_and_update().current_leader;
             match self.try_open(&open).await {
                 Ok(opened) => return Ok(opened),
                 Err(status) if retriable(&status) && tokio::time::Instant::now() < deadline => {
@@ -57,8 +62,15 @@ impl Cluster {
             if open.resume_from.is_none() {
                 open.retried_since_ms = Some(first_sent_ms);
             }
-            tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(500));
+            // Tried again as soon as this node hears of another leader, else after the pause:
+            // a new leader that is still applying what its predecessors committed says so at
+            // once, and is asked again shortly.
+            let _ = tokio::time::timeout(
+                pause,
+                metrics.wait_for(|metrics| metrics.current_leader != tried),
+            )
+            .await;
+            pause = (pause * 2).min(RETRY_PAUSE_MAX);
         }
     }
 

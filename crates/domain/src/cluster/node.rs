@@ -27,8 +27,13 @@ const HEARTBEAT_MS: u64 = 100;
 /// How long a snapshot chunk's RPC may take; the last chunk's answer waits for the whole
 /// snapshot to be installed.
 const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
-const ELECTION_TIMEOUT_MIN_MS: u64 = 600;
-pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 1_200;
+/// A follower that has known a leader stands for election once it has heard nothing for the
+/// leader's lease (openraft makes it the maximum) plus a random timeout between the two: 550
+/// to 700 ms, five heartbeats at least. A dead leader's producers are then acknowledged again
+/// within a second; a leader whose heartbeats are late by a few intervals (a busy machine)
+/// keeps its place.
+const ELECTION_TIMEOUT_MIN_MS: u64 = 200;
+pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 350;
 
 /// A running node of a cluster; cheap to clone.
 #[derive(Clone)]

@@ -1,0 +1,130 @@
+//! A failing disk under the real binary: libfiu (Debian's `fiu-utils`, which the test command
+//! installs) is preloaded into the server, and once producers have recordings acknowledged,
+//! `fiu-ctrl` makes every `fdatasync` and `fsync` fail with EIO. The server must stop
+//! acknowledging, refuse its producers, and say why in its log; started again without libfiu on
+//! the same data dir, it must replay every acknowledged byte and nothing never sent.
+use crate::common;
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::*;
+
+/// libfiu's preload libraries: the remote control, and the POSIX failure points.
+const RUN_PRELOAD: &str = "/usr/lib/fiu/fiu_run_preload.so";
+const POSIX_PRELOAD: &str = "/usr/lib/fiu/fiu_posix_preload.so";
+/// EIO, as libfiu's `failinfo` (the errno the failing call sets).
+const EIO: i32 = 5;
+
+fn require_libfiu() {
+    let missing: Vec<_> = [RUN_PRELOAD, POSIX_PRELOAD, "/usr/bin/fiu-ctrl"]
+        .into_iter()
+        .filter(|path| !Path::new(path).exists())
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "{missing:?} missing: install Debian's fiu-utils (scripts/test.sh does, as root)"
+    );
+}
+
+/// Makes every `fdatasync` and `fsync` of process `pid` fail with EIO from now on.
+fn fail_syncs(fifo_prefix: &Path, pid: i32) {
+    for point in ["posix/io/sync/fdatasync", "posix/io/sync/fsync"] {
+        let out = Command::new("fiu-ctrl")
+            .arg("-f")
+            .arg(fifo_prefix)
+            .args(["-c", &format!("enable name={point},failinfo={EIO}")])
+            .arg(pid.to_string())
+            .output()
+            .expect("fiu-ctrl runs");
+        assert!(
+            out.status.success(),
+            "fiu-ctrl failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_syncs_fail_stops_acknowledging_and_loses_nothing_acknowledged() {
+    require_libfiu();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let fifo_prefix = dir.path().join("fiu-ctrl");
+    let envs = [
+        (
+            "LD_PRELOAD".to_string(),
+            format!("{RUN_PRELOAD} {POSIX_PRELOAD}"),
+        ),
+        (
+            "FIU_CTRL_FIFO".to_string(),
+            fifo_prefix.display().to_string(),
+        ),
+    ];
+    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &envs);
+    let resumer = server.resumer().await;
+    let id = b"failing-disk";
+    let mut producer = LegacyProducer::start(&resumer, id, "t0 ").await;
+    assert!(producer.ack().await.success);
+    let mut acked = String::from("t0 ");
+    for i in 1..50 {
+        let text = format!("t{i} ");
+        producer.send(id, &text, false).await;
+        assert!(producer.ack().await.success, "{text} before the failure");
+        acked.push_str(&text);
+    }
+
+    fail_syncs(&fifo_prefix, server.pid());
+    let text = "t50 ";
+    let mut sent = acked.clone();
+    sent.push_str(text);
+    producer.send(id, text, false).await;
+    // The legacy API refuses in its answer (`success: false`, with why), or ends the call.
+    let refused = match producer.next().await {
+        Ok(Some(ack)) => {
+            assert!(
+                !ack.success,
+                "{text} was acknowledged on a disk whose syncs fail"
+            );
+            Some(ack.error_message)
+        }
+        Ok(None) => None,
+        Err(status) => Some(status.message().to_string()),
+    };
+    let refused = refused.expect("the producer is refused once syncs fail");
+    assert!(!refused.is_empty(), "the refusal says why");
+    // A new recording is refused too, and the log says why.
+    let mut fresh = LegacyProducer::start(&resumer, b"after-the-failure", "x").await;
+    let answer = fresh.next().await;
+    assert!(
+        !matches!(answer, Ok(Some(ref ack)) if ack.success),
+        "a new recording was acknowledged on a disk whose syncs fail: {answer:?}"
+    );
+    let lines = log.lock().unwrap().join("\n");
+    assert!(
+        lines.contains("Input/output error") || lines.contains("os error 5"),
+        "the log names the failing sync:\n{lines}"
+    );
+
+    server.kill();
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    // Left `recording` in the file (its failure could not be stored), it is detached after the
+    // restart: with no grace it ends at once, as interrupted, and its replay ends.
+    let server = BinaryServer::spawn(&data, &["--producer-grace", "0s"]);
+    let replayed = replay_text(&server.recorder().await, id)
+        .await
+        .expect("the recording replays after the restart");
+    assert!(
+        replayed.text.starts_with(&acked),
+        "lost acknowledged bytes: {:?} does not start with the {} acknowledged",
+        replayed.text,
+        acked.len()
+    );
+    assert!(
+        sent.starts_with(&replayed.text),
+        "holds bytes never sent: {:?}",
+        replayed.text
+    );
+}
