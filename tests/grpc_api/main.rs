@@ -5,6 +5,7 @@
 mod common;
 
 mod access;
+mod access_keys;
 mod access_setup;
 mod bad_input;
 mod bad_settings;

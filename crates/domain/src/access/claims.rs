@@ -11,6 +11,8 @@ pub(super) fn missing(claim: &str) -> String {
     let holds = match claim {
         "exp" => "its expiry, in whole seconds since the epoch",
         "sub" => "who the grant is for",
+        "iss" => "who issued it, which this server requires (--jwt-issuer)",
+        "aud" => "who it is for, which this server requires (--jwt-audience)",
         _ => "required by this server",
     };
     format!("the bearer token lacks the `{claim}` claim ({holds}); a grant needs `exp` and `sub`")

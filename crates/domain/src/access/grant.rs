@@ -128,7 +128,16 @@ impl GrantVerifier {
         let mut validation = Validation::new(header.alg);
         validation.leeway = LEEWAY_SECONDS;
         validation.validate_nbf = true;
-        validation.set_required_spec_claims(&["exp", "sub"]);
+        // A required issuer or audience is required to be there: jsonwebtoken checks them
+        // only when the grant has them.
+        let mut required = vec!["exp", "sub"];
+        if self.issuer.is_some() {
+            required.push("iss");
+        }
+        if self.audience.is_some() {
+            required.push("aud");
+        }
+        validation.set_required_spec_claims(&required);
         validation.validate_aud = self.audience.is_some();
         if let Some(audience) = &self.audience {
             validation.set_audience(&[audience]);
