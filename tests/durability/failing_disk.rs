@@ -1,8 +1,9 @@
 //! A failing disk under the real binary: libfiu (Debian's `fiu-utils`, which the test command
 //! installs) is preloaded into the server, and once producers have recordings acknowledged,
-//! `fiu-ctrl` makes every `fdatasync` and `fsync` fail with EIO. The server must stop
-//! acknowledging, refuse its producers, and say why in its log; started again without libfiu on
-//! the same data dir, it must replay every acknowledged byte and nothing never sent.
+//! `fiu-ctrl` makes every `fdatasync` and `fsync` fail with EIO, or every write fail with
+//! ENOSPC. The server must stop acknowledging, refuse its producers, and say why in its log;
+//! started again without libfiu on the same data dir, it must replay every acknowledged byte
+//! and nothing never sent.
 use crate::common;
 
 use std::path::Path;
@@ -14,8 +15,9 @@ use common::*;
 /// libfiu's preload libraries: the remote control, and the POSIX failure points.
 const RUN_PRELOAD: &str = "/usr/lib/fiu/fiu_run_preload.so";
 const POSIX_PRELOAD: &str = "/usr/lib/fiu/fiu_posix_preload.so";
-/// EIO, as libfiu's `failinfo` (the errno the failing call sets).
+/// EIO and ENOSPC, as libfiu's `failinfo` (the errno the failing call sets).
 const EIO: i32 = 5;
+const ENOSPC: i32 = 28;
 
 fn require_libfiu() {
     let missing: Vec<_> = [RUN_PRELOAD, POSIX_PRELOAD, "/usr/bin/fiu-ctrl"]
@@ -28,22 +30,85 @@ fn require_libfiu() {
     );
 }
 
+/// Runs libfiu's remote `command` in process `pid`.
+fn fiu(fifo_prefix: &Path, pid: i32, command: &str) {
+    let out = Command::new("fiu-ctrl")
+        .arg("-f")
+        .arg(fifo_prefix)
+        .args(["-c", command])
+        .arg(pid.to_string())
+        .output()
+        .expect("fiu-ctrl runs");
+    assert!(
+        out.status.success(),
+        "fiu-ctrl failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 /// Makes every `fdatasync` and `fsync` of process `pid` fail with EIO from now on.
 fn fail_syncs(fifo_prefix: &Path, pid: i32) {
     for point in ["posix/io/sync/fdatasync", "posix/io/sync/fsync"] {
-        let out = Command::new("fiu-ctrl")
-            .arg("-f")
-            .arg(fifo_prefix)
-            .args(["-c", &format!("enable name={point},failinfo={EIO}")])
-            .arg(pid.to_string())
-            .output()
-            .expect("fiu-ctrl runs");
-        assert!(
-            out.status.success(),
-            "fiu-ctrl failed: {}",
-            String::from_utf8_lossy(&out.stderr)
+        fiu(
+            fifo_prefix,
+            pid,
+            &format!("enable name={point},failinfo={EIO}"),
         );
     }
+}
+
+/// The environment that preloads libfiu, remote-controlled through `fifo_prefix`.
+fn preloaded(fifo_prefix: &Path) -> [(String, String); 2] {
+    [
+        (
+            "LD_PRELOAD".to_string(),
+            format!("{RUN_PRELOAD} {POSIX_PRELOAD}"),
+        ),
+        (
+            "FIU_CTRL_FIFO".to_string(),
+            fifo_prefix.display().to_string(),
+        ),
+    ]
+}
+
+/// Records `count` tokens on the legacy API, each acknowledged; returns the producer and the
+/// text acknowledged.
+async fn acknowledged(
+    resumer: &ResumerClient,
+    id: &[u8],
+    count: usize,
+) -> (LegacyProducer, String) {
+    let mut producer = LegacyProducer::start(resumer, id, "t0 ").await;
+    assert!(producer.ack().await.success);
+    let mut acked = String::from("t0 ");
+    for i in 1..count {
+        let text = format!("t{i} ");
+        producer.send(id, &text, false).await;
+        assert!(producer.ack().await.success, "{text} before the failure");
+        acked.push_str(&text);
+    }
+    (producer, acked)
+}
+
+/// Restarts the server on `data` without libfiu and checks `id` holds every acknowledged
+/// byte and nothing never sent. Left `recording` in the file, it is detached after the
+/// restart: with no grace it ends at once, as interrupted, and its replay ends.
+async fn kept_after_a_restart(data: &Path, id: &[u8], acked: &str, sent: &str) {
+    let server = BinaryServer::spawn(data, &["--producer-grace", "0s"]);
+    let replayed = replay_text(&server.recorder().await, id)
+        .await
+        .expect("the recording replays after the restart");
+    assert!(
+        replayed.text.starts_with(acked),
+        "lost acknowledged bytes: {:?} does not start with the {} acknowledged",
+        replayed.text,
+        acked.len()
+    );
+    assert!(
+        sent.starts_with(&replayed.text),
+        "holds bytes never sent: {:?}",
+        replayed.text
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -53,28 +118,10 @@ async fn a_server_whose_syncs_fail_stops_acknowledging_and_loses_nothing_acknowl
     let data = dir.path().join("data");
     std::fs::create_dir(&data).unwrap();
     let fifo_prefix = dir.path().join("fiu-ctrl");
-    let envs = [
-        (
-            "LD_PRELOAD".to_string(),
-            format!("{RUN_PRELOAD} {POSIX_PRELOAD}"),
-        ),
-        (
-            "FIU_CTRL_FIFO".to_string(),
-            fifo_prefix.display().to_string(),
-        ),
-    ];
-    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &envs);
+    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &preloaded(&fifo_prefix));
     let resumer = server.resumer().await;
     let id = b"failing-disk";
-    let mut producer = LegacyProducer::start(&resumer, id, "t0 ").await;
-    assert!(producer.ack().await.success);
-    let mut acked = String::from("t0 ");
-    for i in 1..50 {
-        let text = format!("t{i} ");
-        producer.send(id, &text, false).await;
-        assert!(producer.ack().await.success, "{text} before the failure");
-        acked.push_str(&text);
-    }
+    let (mut producer, acked) = acknowledged(&resumer, id, 50).await;
 
     fail_syncs(&fifo_prefix, server.pid());
     let text = "t50 ";
@@ -109,22 +156,63 @@ async fn a_server_whose_syncs_fail_stops_acknowledging_and_loses_nothing_acknowl
     );
 
     server.kill();
-    tokio::time::sleep(Duration::from_millis(50)).await;
-    // Left `recording` in the file (its failure could not be stored), it is detached after the
-    // restart: with no grace it ends at once, as interrupted, and its replay ends.
-    let server = BinaryServer::spawn(&data, &["--producer-grace", "0s"]);
-    let replayed = replay_text(&server.recorder().await, id)
-        .await
-        .expect("the recording replays after the restart");
+    kept_after_a_restart(&data, id, &acked, &sent).await;
+}
+
+/// ENOSPC on every write (the log's and the database's): producers are refused with the disk
+/// full, the log says so, nothing acknowledged is lost; once writes succeed again the server
+/// takes new recordings by itself, and after a restart every acknowledged byte is there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_whose_disk_fills_refuses_then_recovers_and_loses_nothing_acknowledged() {
+    require_libfiu();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let fifo_prefix = dir.path().join("fiu-ctrl");
+    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &preloaded(&fifo_prefix));
+    let resumer = server.resumer().await;
+    let id = b"full-disk";
+    let (mut producer, acked) = acknowledged(&resumer, id, 50).await;
+
+    let write_fails = format!("enable name=posix/io/rw/pwrite,failinfo={ENOSPC}");
+    fiu(&fifo_prefix, server.pid(), &write_fails);
+    let text = "t50 ";
+    let mut sent = acked.clone();
+    sent.push_str(text);
+    producer.send(id, text, false).await;
+    match producer.next().await {
+        Ok(Some(ack)) => {
+            assert!(!ack.success, "{text} was acknowledged on a full disk");
+            assert!(ack.error_message.contains("full"), "{ack:?}");
+        }
+        Ok(None) => {}
+        Err(status) => assert!(status.message().contains("full"), "{status:?}"),
+    }
+    let lines = log.lock().unwrap().join("\n");
     assert!(
-        replayed.text.starts_with(&acked),
-        "lost acknowledged bytes: {:?} does not start with the {} acknowledged",
-        replayed.text,
-        acked.len()
+        lines.contains("No space left on device") || lines.contains("os error 28"),
+        "the log names the full disk:\n{lines}"
     );
-    assert!(
-        sent.starts_with(&replayed.text),
-        "holds bytes never sent: {:?}",
-        replayed.text
+
+    // Room again: a new recording is taken within a few seconds (the store looks for room
+    // once a second).
+    fiu(
+        &fifo_prefix,
+        server.pid(),
+        "disable name=posix/io/rw/pwrite",
     );
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let mut fresh = LegacyProducer::start(&resumer, b"after-the-room", "x").await;
+        if matches!(fresh.next().await, Ok(Some(ref ack)) if ack.success) {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no new recording was taken once the disk had room"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    server.kill();
+    kept_after_a_restart(&data, id, &acked, &sent).await;
 }
