@@ -6,6 +6,7 @@ mod common;
 
 mod raft_log_suite;
 mod replication;
+mod replication_failing_disk;
 mod replication_http;
 mod replication_partition;
 mod replication_tier;

@@ -2,14 +2,15 @@
 //! SIGKILL (`binary`), gRPC clients, producers and replays (`grpc`), loopback ports and a
 //! cuttable proxy (`net`), signed grants (`grants`), the host (`host`: root, tmpfs, memory, disk space), Python
 //! (`python`), Redis (`redis_server`), SeaweedFS's S3 (`seaweed`), a three-node cluster
-//! (`trio`) and links between a cluster's nodes that can be cut and healed (`links`).
-//! Everything but the last five is re-exported here, so a test file needs only
+//! (`trio`), links between a cluster's nodes that can be cut and healed (`links`), and libfiu's
+//! failure points in a running server (`fiu`). Everything but the last six is re-exported here, so a test file needs only
 //! `use common::*;`.
 #![allow(dead_code)] // each test binary uses a different part of this module
 
 use std::time::Duration;
 
 mod binary;
+pub(crate) mod fiu;
 mod grants;
 mod grpc;
 mod host;

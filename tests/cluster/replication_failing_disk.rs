@@ -1,0 +1,151 @@
+//! A cluster whose disks fail: libfiu is preloaded into every node (`common::fiu`), and a
+//! legacy producer on the leader has each token acknowledged only once a majority has synced
+//! it. With one follower's syncs failing, the leader and the other follower still make a
+//! majority; with both followers' syncs failing, no token may be acknowledged (a node whose sync
+//! fails must not count towards a majority). With the leader's syncs failing, it acknowledges
+//! nothing more, says why and stops, and the others elect a leader that takes new recordings.
+//! After every node is restarted, every acknowledged byte is on every node.
+use crate::common;
+
+use std::time::Duration;
+
+use common::fiu::*;
+use common::trio::Trio;
+use common::*;
+
+/// The recording, read on node `id` until it has ended (the restarts left it detached; with
+/// no grace it ends at once), must hold `acked` and nothing never `sent`.
+async fn holds(trio: &Trio, id: u64, name: &[u8], acked: &str, sent: &str) {
+    let client = trio.nodes[&id].recorder().await;
+    let deadline = tokio::time::Instant::now() + WAIT * 3;
+    let replayed = loop {
+        match tokio::time::timeout(WAIT, replay_text(&client, name)).await {
+            Ok(Ok(replayed)) if replayed.status.is_some() => break replayed,
+            _ if tokio::time::Instant::now() < deadline => {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            other => panic!("node {id}: {other:?}"),
+        }
+    };
+    assert!(
+        replayed.text.starts_with(acked),
+        "node {id} lost acknowledged bytes: {:?}, {} acknowledged",
+        replayed.text,
+        acked.len()
+    );
+    assert!(
+        sent.starts_with(&replayed.text),
+        "node {id} holds bytes never sent: {:?}",
+        replayed.text
+    );
+}
+
+/// Sends `text`; returns the committed length an acknowledgement then reports, if one comes
+/// (acknowledgements are in order; one read here may be of an earlier token's, so the length
+/// it reports is what counts).
+async fn sent_and_acked(producer: &mut LegacyProducer, name: &[u8], text: &str) -> Option<usize> {
+    producer.tx.send(token(name, text, false)).await.ok()?;
+    // A proposal waits up to 5 s for a majority before it is refused.
+    match tokio::time::timeout(WAIT, producer.acks.message()).await {
+        Ok(Ok(Some(ack))) if ack.success => Some(ack.current_offset as usize),
+        _ => None,
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_whose_syncs_fail_do_not_make_a_majority() {
+    require_libfiu();
+    let fifo = tempfile::tempdir().unwrap();
+    let prefix = fifo.path().join("fiu-ctrl");
+    let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
+    let leader = trio.leader().await;
+    let followers: Vec<u64> = trio.nodes.keys().copied().filter(|id| *id != leader).collect();
+    let name = b"synced-on-a-majority";
+    let resumer = trio.nodes[&leader].resumer().await;
+    let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
+    assert!(producer.ack().await.success);
+    let (mut acked, mut sent) = (String::from("t0 "), String::from("t0 "));
+
+    fail_syncs(&prefix, trio.nodes[&followers[0]].pid());
+    for i in 1..20 {
+        let text = format!("t{i} ");
+        sent.push_str(&text);
+        let committed = sent_and_acked(&mut producer, name, &text).await;
+        assert_eq!(
+            committed,
+            Some(sent.len()),
+            "{text}: the leader and a sound follower are a majority"
+        );
+        acked.push_str(&text);
+    }
+    fail_syncs(&prefix, trio.nodes[&followers[1]].pid());
+    let text = "t20 ";
+    sent.push_str(text);
+    assert_eq!(
+        sent_and_acked(&mut producer, name, text).await,
+        None,
+        "acknowledged with both followers' syncs failing"
+    );
+    drop(producer);
+
+    let ids: Vec<u64> = trio.nodes.keys().copied().collect();
+    for id in &ids {
+        trio.kill(*id);
+    }
+    for id in &ids {
+        trio.restart(*id);
+    }
+    trio.leader().await;
+    for id in ids {
+        holds(&trio, id, name, &acked, &sent).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledged_is_lost() {
+    require_libfiu();
+    let fifo = tempfile::tempdir().unwrap();
+    let prefix = fifo.path().join("fiu-ctrl");
+    let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
+    let leader = trio.leader().await;
+    let name = b"leader-disk-fails";
+    let resumer = trio.nodes[&leader].resumer().await;
+    let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
+    assert!(producer.ack().await.success);
+    let (mut acked, mut sent) = (String::from("t0 "), String::from("t0 "));
+    for i in 1..10 {
+        let text = format!("t{i} ");
+        sent.push_str(&text);
+        let committed = sent_and_acked(&mut producer, name, &text).await;
+        assert_eq!(committed, Some(sent.len()), "{text}");
+        acked.push_str(&text);
+    }
+
+    fail_syncs(&prefix, trio.nodes[&leader].pid());
+    let text = "t10 ";
+    sent.push_str(text);
+    assert_eq!(
+        sent_and_acked(&mut producer, name, text).await,
+        None,
+        "acknowledged by a leader whose log cannot sync"
+    );
+    drop(producer);
+    let said = trio.lines_with("fdatasync failed");
+    assert!(!said.is_empty(), "the leader's log says why it stopped");
+    // The others elect a leader among themselves and take new recordings.
+    let next = trio.leader().await;
+    assert_ne!(next, leader, "a leader whose log cannot sync stays the leader");
+    record_all(&trio.nodes[&next].recorder().await, b"after", &["goes ", "on"]).await;
+
+    let ids: Vec<u64> = trio.nodes.keys().copied().collect();
+    for id in &ids {
+        trio.kill(*id);
+    }
+    for id in &ids {
+        trio.restart(*id);
+    }
+    trio.leader().await;
+    for id in ids {
+        holds(&trio, id, name, &acked, &sent).await;
+    }
+}
