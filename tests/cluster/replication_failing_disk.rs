@@ -59,7 +59,12 @@ async fn followers_whose_syncs_fail_do_not_make_a_majority() {
     let prefix = fifo.path().join("fiu-ctrl");
     let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
     let leader = trio.leader().await;
-    let followers: Vec<u64> = trio.nodes.keys().copied().filter(|id| *id != leader).collect();
+    let followers: Vec<u64> = trio
+        .nodes
+        .keys()
+        .copied()
+        .filter(|id| *id != leader)
+        .collect();
     let name = b"synced-on-a-majority";
     let resumer = trio.nodes[&leader].resumer().await;
     let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
@@ -134,8 +139,16 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
     assert!(!said.is_empty(), "the leader's log says why it stopped");
     // The others elect a leader among themselves and take new recordings.
     let next = trio.leader().await;
-    assert_ne!(next, leader, "a leader whose log cannot sync stays the leader");
-    record_all(&trio.nodes[&next].recorder().await, b"after", &["goes ", "on"]).await;
+    assert_ne!(
+        next, leader,
+        "a leader whose log cannot sync stays the leader"
+    );
+    record_all(
+        &trio.nodes[&next].recorder().await,
+        b"after",
+        &["goes ", "on"],
+    )
+    .await;
 
     let ids: Vec<u64> = trio.nodes.keys().copied().collect();
     for id in &ids {

@@ -62,4 +62,3 @@ pub(crate) fn preloaded(fifo_prefix: &Path) -> [(String, String); 2] {
         ),
     ]
 }
-

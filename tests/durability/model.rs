@@ -6,8 +6,11 @@
 //! compared with a plain in-memory model of what they must return.
 //!
 //! Each case runs with no producer grace period (a producer that goes away interrupts its
-//! recording at once) or a long one (the recording stays live, detached, for a resume), and
-//! with the supersede or the reject conflict policy.
+//! recording at once) or a long one (the recording stays live, detached, for a resume), with
+//! the supersede or the reject conflict policy, and on a real file or on the simulated disk
+//! (`store::sim_disk`), where each crash is a power cut: the disk keeps what was synced and a
+//! random part of the rest. Everything the model holds was shown to a reader, so committed, so
+//! a power cut loses none of it.
 //!
 //! `cargo test` runs [`DEFAULT_CASES`] cases; `PROPTEST_CASES=2000` runs more.
 use std::sync::Arc;
@@ -22,6 +25,7 @@ use tapedeck::recorder::{
     Found, Limits, LivePolicy, OnConflict, Producer, Recorder, Replay, StartOptions, Status,
     Stopped,
 };
+use tapedeck::store::sim_disk::{Faults, SimDisk};
 use tapedeck::store::{Gone, Store, StoreOptions};
 
 /// Cases run by `cargo test`.
@@ -43,6 +47,8 @@ const LIMITS: Limits = Limits {
 struct Setup {
     long_grace: bool,
     reject: bool,
+    /// On the simulated disk, whose crashes are power cuts (seeded by the case).
+    power_cuts: Option<u64>,
 }
 
 impl Setup {
@@ -275,6 +281,8 @@ struct Subscriber {
 
 struct Real {
     path: std::path::PathBuf,
+    /// The simulated disk the store is on, if the case cuts the power.
+    disk: Option<SimDisk>,
     setup: Setup,
     clock: ManualClock,
     store: Store,
@@ -291,33 +299,48 @@ fn id(conv: usize) -> ConversationId {
     ConversationId::parse(name(conv).as_bytes()).unwrap()
 }
 
-fn open_store(path: &std::path::Path, clock: &ManualClock) -> tapedeck::Result<Store> {
-    Store::open(
-        path,
-        StoreOptions {
-            retention: Duration::from_millis(RETENTION_MS),
-            tombstone_retention: Duration::from_millis(TOMBSTONE_MS),
-            clock: Arc::new(clock.clone()),
-            // Small, so that the model's runs go through many checkpoints, and through pages
-            // redb no longer holds in memory.
-            checkpoint_bytes: 16 * 1024,
-            cache_bytes: 256 * 1024,
-            ..StoreOptions::default()
-        },
-    )
+fn open_store(
+    path: &std::path::Path,
+    clock: &ManualClock,
+    disk: Option<&SimDisk>,
+) -> tapedeck::Result<Store> {
+    let mut options = StoreOptions {
+        retention: Duration::from_millis(RETENTION_MS),
+        tombstone_retention: Duration::from_millis(TOMBSTONE_MS),
+        clock: Arc::new(clock.clone()),
+        // Small, so that the model's runs go through many checkpoints, and through pages
+        // redb no longer holds in memory.
+        checkpoint_bytes: 16 * 1024,
+        cache_bytes: 256 * 1024,
+        ..StoreOptions::default()
+    };
+    if let Some(disk) = disk {
+        options.files = Arc::new(disk.clone());
+    }
+    Store::open(path, options)
 }
 
 impl Real {
     fn open(path: std::path::PathBuf, setup: Setup, clock: ManualClock) -> Real {
-        let store = open_store(&path, &clock).unwrap();
-        Real::on(path, setup, clock, store)
+        let disk = setup
+            .power_cuts
+            .map(|seed| SimDisk::new(seed, Faults::default()));
+        let store = open_store(&path, &clock, disk.as_ref()).unwrap();
+        Real::on(path, disk, setup, clock, store)
     }
 
     /// A fresh recorder over `store`, opened on `path`; no producers or subscribers yet.
-    fn on(path: std::path::PathBuf, setup: Setup, clock: ManualClock, store: Store) -> Real {
+    fn on(
+        path: std::path::PathBuf,
+        disk: Option<SimDisk>,
+        setup: Setup,
+        clock: ManualClock,
+        store: Store,
+    ) -> Real {
         let recorder = Recorder::new(store.clone(), LIMITS, setup.policy());
         Real {
             path,
+            disk,
             setup,
             clock,
             store,
@@ -328,10 +351,13 @@ impl Real {
     }
 
     /// Drops every handle and reopens the file; with `stop_writer`, the commit pipeline is
-    /// stopped first, so recordings still live stay `recording` in the file for recovery.
+    /// stopped first, so recordings still live stay `recording` in the file for recovery. On
+    /// the simulated disk the power is cut first: the store is opened again on what the disk
+    /// kept, while the old one fails on the dead disk and is closed.
     async fn crash(self, stop_writer: bool) -> Real {
         let Real {
             path,
+            disk,
             setup,
             clock,
             store,
@@ -339,15 +365,16 @@ impl Real {
             producers,
             subscribers,
         } = self;
-        if stop_writer {
-            store.clone().close().await;
+        let disk = disk.map(|disk| disk.power_cut());
+        if stop_writer || disk.is_some() {
+            within("the store to close", store.clone().close()).await;
         }
         drop((subscribers, producers, recorder, store));
         // Without a stopped pipeline the writer thread lets go of the file once it has
         // committed what the dropped producers queued; wait for that.
         let store = tokio::time::timeout(WAIT, async {
             loop {
-                match open_store(&path, &clock) {
+                match open_store(&path, &clock, disk.as_ref()) {
                     Ok(store) => return store,
                     Err(Error::DatabaseInUse { .. }) => tokio::task::yield_now().await,
                     Err(err) => panic!("reopen failed: {err}"),
@@ -356,7 +383,7 @@ impl Real {
         })
         .await
         .expect("the file was not released");
-        Real::on(path, setup, clock, store)
+        Real::on(path, disk, setup, clock, store)
     }
 
     /// Waits until no recording is live (those adopted after a reopen with no grace period
@@ -877,6 +904,7 @@ proptest! {
     fn the_recorder_behaves_like_its_model(
         long_grace in any::<bool>(),
         reject in any::<bool>(),
+        power_cuts in prop::option::of(any::<u64>()),
         ops in prop::collection::vec(op(), 1..50),
     ) {
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -884,6 +912,6 @@ proptest! {
             .enable_all()
             .build()
             .unwrap();
-        runtime.block_on(run(Setup { long_grace, reject }, ops));
+        runtime.block_on(run(Setup { long_grace, reject, power_cuts }, ops));
     }
 }
