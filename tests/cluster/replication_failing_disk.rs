@@ -1,8 +1,8 @@
 //! A cluster whose disks fail: libfiu is preloaded into every node (`common::fiu`), and a
 //! legacy producer on the leader has each token acknowledged only once a majority has synced
-//! it. With one follower's syncs failing, the leader and the other follower still make a
-//! majority; with both followers' syncs failing, no token may be acknowledged (a node whose sync
-//! fails must not count towards a majority). With the leader's syncs failing, it acknowledges
+//! it. With one follower's syncs failing (EIO), or its writes (ENOSPC), the leader and the
+//! other follower still make a majority; with both followers failing, no token may be
+//! acknowledged (a node whose sync fails must not count towards a majority). With the leader's syncs failing, it acknowledges
 //! nothing more, says why and stops, and the others elect a leader that takes new recordings.
 //! After every node is restarted, every acknowledged byte is on every node.
 use crate::common;
@@ -54,6 +54,25 @@ async fn sent_and_acked(producer: &mut LegacyProducer, name: &[u8], text: &str) 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn followers_whose_syncs_fail_do_not_make_a_majority() {
+    followers_fail_one_then_both(fail_syncs).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn followers_whose_disks_are_full_do_not_make_a_majority() {
+    followers_fail_one_then_both(|prefix, pid| {
+        fiu(
+            prefix,
+            pid,
+            &format!("enable name=posix/io/rw/pwrite,failinfo={ENOSPC}"),
+        );
+    })
+    .await;
+}
+
+/// A producer on the leader is acknowledged while `fail` has broken one follower's disk (the
+/// leader and the other follower are a majority), and not once it has broken both; after a
+/// restart of every node, every acknowledged byte is on every node.
+async fn followers_fail_one_then_both(fail: impl Fn(&std::path::Path, i32)) {
     require_libfiu();
     let fifo = tempfile::tempdir().unwrap();
     let prefix = fifo.path().join("fiu-ctrl");
@@ -71,7 +90,7 @@ async fn followers_whose_syncs_fail_do_not_make_a_majority() {
     assert!(producer.ack().await.success);
     let (mut acked, mut sent) = (String::from("t0 "), String::from("t0 "));
 
-    fail_syncs(&prefix, trio.nodes[&followers[0]].pid());
+    fail(&prefix, trio.nodes[&followers[0]].pid());
     for i in 1..20 {
         let text = format!("t{i} ");
         sent.push_str(&text);
@@ -83,13 +102,13 @@ async fn followers_whose_syncs_fail_do_not_make_a_majority() {
         );
         acked.push_str(&text);
     }
-    fail_syncs(&prefix, trio.nodes[&followers[1]].pid());
+    fail(&prefix, trio.nodes[&followers[1]].pid());
     let text = "t20 ";
     sent.push_str(text);
     assert_eq!(
         sent_and_acked(&mut producer, name, text).await,
         None,
-        "acknowledged with both followers' syncs failing"
+        "acknowledged with both followers' disks failing"
     );
     drop(producer);
 
