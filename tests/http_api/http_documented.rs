@@ -1,7 +1,8 @@
 //! Behaviours docs/http.md promises that no other test exercised: an HTTP stream counts against
 //! `--max-live-recordings` (429 at the limit), a recording made over gRPC is read-only over
-//! HTTP (405), an SSE reader resumes from `Last-Event-ID`, and catch-up reads are cached
-//! `public`, or `private` with access control on.
+//! HTTP (405), an SSE reader resumes from `Last-Event-ID`, a quiet SSE connection gets
+//! keepalives and ends after 60 s, and catch-up reads are cached `public`, or `private` with
+//! access control on.
 use crate::common;
 
 use common::*;
@@ -166,4 +167,36 @@ async fn catch_up_reads_are_cached_publicly_unless_access_control_is_on() {
         );
         server.stop().await;
     }
+}
+
+/// An SSE reader of a quiet open stream gets a keepalive comment every 15 s, and the response
+/// ends after 60 s, for its client to reconnect from its last offset. (Real time: a minute.)
+#[tokio::test]
+async fn a_quiet_sse_connection_gets_keepalives_and_ends_after_a_minute() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("quiet");
+    assert_eq!(put(&url).await, StatusCode::CREATED);
+    let started = std::time::Instant::now();
+    let response = http()
+        .get(format!("{url}?offset=-1&live=sse"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), StatusCode::OK);
+    let body = tokio::time::timeout(std::time::Duration::from_secs(90), response.text())
+        .await
+        .expect("the SSE response ended by itself")
+        .unwrap();
+    let lasted = started.elapsed();
+    assert!(
+        lasted >= std::time::Duration::from_secs(59),
+        "ended after {lasted:?}, before its minute"
+    );
+    let keepalives = body.matches(": keepalive").count();
+    assert!(
+        (3..=4).contains(&keepalives),
+        "{keepalives} keepalives in {lasted:?}: {body}"
+    );
+    server.stop().await;
 }
