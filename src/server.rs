@@ -75,6 +75,11 @@ pub async fn run(
     config: &Config,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> Result<()> {
+    // Bound already (port 0 included): the readiness line says where.
+    let http_addr = match http_listener.as_ref().map(TcpListener::local_addr) {
+        Some(Ok(addr)) => addr.to_string(),
+        Some(Err(_)) | None => "off".to_string(),
+    };
     let settings = &config.recorder;
     let mut recorder = Recorder::new(store.clone(), settings.limits(), settings.live_policy());
     let lifecycle = Lifecycle::default();
@@ -209,7 +214,9 @@ pub async fn run(
             source,
         })
     })?;
-    tracing::info!(%addr, tls = config.server.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
+    // The readiness line: `addr` and `http_addr` are the bound addresses, so a server given
+    // port 0 (`--listen 127.0.0.1:0`) tells its clients here where it is.
+    tracing::info!(%addr, %http_addr, tls = config.server.tls.is_some(), auth = guard.is_enabled(), "tapedeck listening");
     // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back ~40 ms.
     // What one commit answers leaves in one write per connection (not under TLS: see
     // `CoalescedWrites`).

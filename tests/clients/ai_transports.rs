@@ -8,7 +8,7 @@ use crate::common;
 
 use std::process::Command;
 
-use common::{BinaryServer, free_port};
+use common::BinaryServer;
 use serde_json::Value;
 
 const ROOT: &str = env!("CARGO_MANIFEST_DIR");
@@ -20,11 +20,12 @@ fn drive(mode: &str, stream: &str) -> Value {
         std::path::Path::new(&installed).exists(),
         "the npm packages are not installed in tests/ai_transports; run scripts/test.sh"
     );
-    let output = Command::new("node")
-        .arg(format!("{ROOT}/tests/ai_transports/transports.mjs"))
-        .args([mode, stream])
-        .output()
-        .expect("cannot run node");
+    let output = common::output_within(
+        Command::new("node")
+            .arg(format!("{ROOT}/tests/ai_transports/transports.mjs"))
+            .args([mode, stream]),
+        common::DRIVER_LIMIT,
+    );
     assert!(
         output.status.success(),
         "the driver failed:\n{}",
@@ -36,9 +37,8 @@ fn drive(mode: &str, stream: &str) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ai_sdk_use_chat_resumes_mid_response_and_sees_every_part_once() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port().to_string();
-    let _server = BinaryServer::spawn(dir.path(), &["--http-listen", &http]);
-    let stream = format!("http://{http}/v1/stream/chat-ai-1");
+    let server = BinaryServer::spawn(dir.path(), &["--http-listen", "127.0.0.1:0"]);
+    let stream = format!("{}/v1/stream/chat-ai-1", server.http_base());
 
     let report = tokio::task::block_in_place(|| drive("aisdk", &stream));
     assert_eq!(report["midResponse"], true, "resumed after the end");
@@ -53,10 +53,14 @@ async fn ai_sdk_use_chat_resumes_mid_response_and_sees_every_part_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tanstack_ai_resumes_a_session_mid_run_under_its_own_prefix_and_sees_every_part_once() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port().to_string();
-    let args = ["--http-listen", &http, "--http-path-prefix", "/streams"];
-    let _server = BinaryServer::spawn(dir.path(), &args);
-    let stream = format!("http://{http}/streams/chat%2Fsession-1");
+    let args = [
+        "--http-listen",
+        "127.0.0.1:0",
+        "--http-path-prefix",
+        "/streams",
+    ];
+    let server = BinaryServer::spawn(dir.path(), &args);
+    let stream = format!("{}/streams/chat%2Fsession-1", server.http_base());
 
     let report = tokio::task::block_in_place(|| drive("tanstack", &stream));
     assert_eq!(report["midResponse"], true, "resumed after the end");
@@ -84,6 +88,7 @@ async fn tanstack_ai_resumes_a_session_mid_run_under_its_own_prefix_and_sees_eve
     // The encoded `/` named one stream, `chat/session-1`; the default prefix serves nothing.
     let read = reqwest::get(format!("{stream}?offset=-1")).await.unwrap();
     assert_eq!(read.status(), 200);
-    let elsewhere = reqwest::get(format!("http://{http}/v1/stream/chat%2Fsession-1")).await;
+    let elsewhere =
+        reqwest::get(format!("{}/v1/stream/chat%2Fsession-1", server.http_base())).await;
     assert_eq!(elsewhere.unwrap().status(), 404);
 }

@@ -7,13 +7,12 @@
 //! installs Node's packages (`npm ci` in `tests/foreign`) and Chromium.
 use crate::common;
 
-use common::{BinaryServer, free_port, node_clients};
+use common::{BinaryServer, node_clients};
 
 #[test]
 fn the_durable_streams_client_and_event_source_read_back_exactly_what_was_written() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port().to_string();
-    let server = BinaryServer::spawn(dir.path(), &["--http-listen", &http]);
-    node_clients::durable_streams_read_back_what_they_wrote(&[format!("http://{http}")]);
+    let server = BinaryServer::spawn(dir.path(), &["--http-listen", "127.0.0.1:0"]);
+    node_clients::durable_streams_read_back_what_they_wrote(&[server.http_base()]);
     drop(server);
 }

@@ -34,10 +34,10 @@ fn grpcio_producers_that_go_away_without_complete_are_not_completed_and_resume()
     let server = BinaryServer::spawn(dir.path(), &["--producer-grace", "60s"]);
     let stubs = tempfile::tempdir().unwrap();
     generate_stubs(stubs.path());
-    let output = script(stubs.path(), "tests/foreign/grpcio_producers.py")
-        .arg(server.addr.to_string())
-        .output()
-        .unwrap();
+    let output = output_within(
+        script(stubs.path(), "tests/foreign/grpcio_producers.py").arg(server.addr.to_string()),
+        DRIVER_LIMIT,
+    );
     let failed = failed_checks(&output);
     assert!(failed.is_empty(), "{}", failed.join("\n"));
     // Both APIs: three endings × (sync, asyncio) × 3 checks, 2 deadline checks per mode... in
@@ -50,14 +50,15 @@ fn grpcio_producers_that_go_away_without_complete_are_not_completed_and_resume()
 async fn memory_services_client_stopped_from_another_instance_cancels_the_recording() {
     let dir = tempfile::tempdir().unwrap();
     let server = BinaryServer::spawn(dir.path(), &[]);
-    let output = script(
-        std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python")),
-        "tests/foreign/memory_service_stop.py",
-    )
-    .arg("chat-stopped")
-    .env("MEMORY_SERVICE_GRPC_TARGET", server.addr.to_string())
-    .output()
-    .unwrap();
+    let output = output_within(
+        script(
+            std::path::Path::new(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/python")),
+            "tests/foreign/memory_service_stop.py",
+        )
+        .arg("chat-stopped")
+        .env("MEMORY_SERVICE_GRPC_TARGET", server.addr.to_string()),
+        DRIVER_LIMIT,
+    );
     assert!(
         output.status.success(),
         "{}",

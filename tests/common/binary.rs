@@ -12,6 +12,9 @@ use super::{
 /// The real `tapedeck` binary, serving on a free loopback port; killed when dropped.
 pub(crate) struct BinaryServer {
     pub(crate) addr: SocketAddr,
+    /// Where its HTTP face listens, when it has one (`--http-listen 127.0.0.1:0` picks a free
+    /// port; the readiness line says which).
+    pub(crate) http_addr: Option<SocketAddr>,
     /// `None` once the process has been reaped.
     child: Option<std::process::Child>,
 }
@@ -61,10 +64,13 @@ impl BinaryServer {
         (server, lines)
     }
 
-    /// Starts the binary on a free loopback port the test picked; waits for its listening
-    /// line (the readiness event), then keeps draining its log (into `keep`, if given) so the
-    /// server never blocks on a full pipe. `envs` are set in its environment.
-    /// The port was free when picked, but another process may take it before the binary binds
+    /// Starts the binary on a loopback port; waits for its listening line (the readiness
+    /// event), then keeps draining its log (into `keep`, if given) so the server never blocks
+    /// on a full pipe. `envs` are set in its environment.
+    ///
+    /// The binary binds port 0 and its readiness line says which port it got, so no other
+    /// process can take the port in between. One located through Redis advertises its address,
+    /// so the port is picked here first; another process may take it before the binary binds
     /// it: then the start is tried again on another port, a few times.
     fn start(
         data_dir: &Path,
@@ -73,6 +79,14 @@ impl BinaryServer {
         redis_url: Option<&str>,
         envs: &[(String, String)],
     ) -> BinaryServer {
+        if redis_url.is_none() {
+            let mut args = vec!["--listen", "127.0.0.1:0", "--log-format", "json"];
+            args.extend_from_slice(extra_args);
+            return match try_spawn_serving_with_env(data_dir, &args, keep, envs) {
+                Ok((child, ready)) => BinaryServer::ready(child, &ready),
+                Err(log) => panic!("the binary exited before listening:\n{log}"),
+            };
+        }
         const TRIES: usize = 5;
         for _ in 0..TRIES {
             let addr = free_port();
@@ -84,12 +98,7 @@ impl BinaryServer {
             }
             args.extend_from_slice(extra_args);
             match try_spawn_serving_with_env(data_dir, &args, keep.clone(), envs) {
-                Ok(child) => {
-                    return BinaryServer {
-                        addr,
-                        child: Some(child),
-                    };
-                }
+                Ok((child, ready)) => return BinaryServer::ready(child, &ready),
                 Err(log) if log.contains("cannot listen on") => continue,
                 Err(log) => panic!("the binary exited before listening:\n{log}"),
             }
@@ -110,12 +119,33 @@ impl BinaryServer {
         let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
         args.extend_from_slice(extra_args);
         match try_spawn_serving_with_env(data_dir, &args, Some(keep), envs) {
-            Ok(child) => BinaryServer {
-                addr,
-                child: Some(child),
-            },
+            Ok((child, ready)) => BinaryServer::ready(child, &ready),
             Err(log) => panic!("the binary exited before listening:\n{log}"),
         }
+    }
+
+    /// The server `child` is, at the addresses its readiness line (JSON) names.
+    fn ready(child: std::process::Child, line: &str) -> BinaryServer {
+        let event: serde_json::Value = serde_json::from_str(line)
+            .unwrap_or_else(|err| panic!("the readiness line is not JSON ({err}): {line}"));
+        let field = |name: &str| event["fields"][name].as_str().map(str::to_string);
+        let addr = field("addr")
+            .and_then(|addr| addr.parse().ok())
+            .unwrap_or_else(|| panic!("the readiness line names no address: {line}"));
+        let http_addr = field("http_addr").and_then(|addr| addr.parse().ok());
+        BinaryServer {
+            addr,
+            http_addr,
+            child: Some(child),
+        }
+    }
+
+    /// The base URL of its HTTP face (started with `--http-listen`).
+    pub(crate) fn http_base(&self) -> String {
+        let addr = self
+            .http_addr
+            .expect("the server was started without its HTTP face");
+        format!("http://{addr}")
     }
 
     pub(crate) fn pid(&self) -> i32 {
@@ -194,16 +224,17 @@ pub(crate) fn try_spawn_serving(
     args: &[&str],
     keep: Option<LogLines>,
 ) -> Result<std::process::Child, String> {
-    try_spawn_serving_with_env(data_dir, args, keep, &[])
+    try_spawn_serving_with_env(data_dir, args, keep, &[]).map(|(child, _)| child)
 }
 
-/// As [`try_spawn_serving`], with the environment variables `envs` set.
+/// As [`try_spawn_serving`], with the environment variables `envs` set; also returns the
+/// readiness line.
 fn try_spawn_serving_with_env(
     data_dir: &Path,
     args: &[&str],
     keep: Option<LogLines>,
     envs: &[(String, String)],
-) -> Result<std::process::Child, String> {
+) -> Result<(std::process::Child, String), String> {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
@@ -222,7 +253,7 @@ fn try_spawn_serving_with_env(
         .spawn()
         .expect("cannot start the tapedeck binary");
     let stderr = child.stderr.take().unwrap();
-    // Some(()) once it listens; None when its log ends first (it exited).
+    // Some(the readiness line) once it listens; None when its log ends first (it exited).
     let (events, event) = std::sync::mpsc::channel();
     let early = LogLines::default();
     let before_ready = early.clone();
@@ -232,7 +263,7 @@ fn try_spawn_serving_with_env(
             .lines()
             .map_while(Result::ok)
         {
-            let listening = !ready && line.contains("tapedeck listening");
+            let listening = (!ready && line.contains("tapedeck listening")).then(|| line.clone());
             if !ready {
                 before_ready.lock().unwrap().push(line.clone());
             }
@@ -241,15 +272,15 @@ fn try_spawn_serving_with_env(
             if let Some(keep) = &keep {
                 keep.lock().unwrap().push(line);
             }
-            if listening {
+            if let Some(line) = listening {
                 ready = true;
-                let _ = events.send(Some(()));
+                let _ = events.send(Some(line));
             }
         }
         let _ = events.send(None);
     });
     match event.recv_timeout(WAIT) {
-        Ok(Some(())) => Ok(child),
+        Ok(Some(ready)) => Ok((child, ready)),
         Ok(None) => {
             let _ = child.wait();
             Err(early.lock().unwrap().join("\n"))

@@ -29,3 +29,6 @@ pub(crate) use {binary::*, grants::*, grpc::*, host::*, net::*, server::*};
 
 /// How long any single wait in a test may take before the test fails.
 pub(crate) const WAIT: Duration = Duration::from_secs(10);
+/// How long a foreign client's driver (a Node or Python script) may run before it is killed
+/// and the test fails.
+pub(crate) const DRIVER_LIMIT: Duration = Duration::from_secs(180);

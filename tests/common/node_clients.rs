@@ -22,11 +22,12 @@ pub(crate) fn node_checks(script: &str, package: &str, args: &[String], checks: 
         std::path::Path::new(&packages).exists(),
         "the npm packages are not installed in tests/foreign; run scripts/test.sh"
     );
-    let output = Command::new("node")
-        .arg(format!("{ROOT}/tests/foreign/{script}"))
-        .args(args)
-        .output()
-        .expect("cannot run node");
+    let output = super::output_within(
+        Command::new("node")
+            .arg(format!("{ROOT}/tests/foreign/{script}"))
+            .args(args),
+        super::DRIVER_LIMIT,
+    );
     let report = String::from_utf8_lossy(&output.stdout);
     let failures: Vec<&str> = report
         .lines()

@@ -13,10 +13,15 @@ use super::{BinaryServer, LogLines, WAIT, free_port};
 /// Three nodes' data dirs and addresses, and the nodes running now.
 pub(crate) struct Trio {
     dirs: Vec<TempDir>,
-    /// Each node's gRPC address, by id.
+    /// Each node's gRPC address, by id: the port its first start bound (port 0 picks it),
+    /// kept across restarts.
     pub(crate) grpc: BTreeMap<u64, SocketAddr>,
-    /// Each node's HTTP face, by id, when the trio serves it (else the face is off).
+    /// Each node's HTTP face, by id, when the trio serves it (else the face is off); as
+    /// `grpc`.
     pub(crate) http: BTreeMap<u64, SocketAddr>,
+    with_http: bool,
+    /// The cluster's addresses: picked here, as every node must know the others' before any
+    /// starts.
     peers: String,
     extra_args: Vec<String>,
     /// Environment variables every node is started with.
@@ -50,12 +55,9 @@ impl Trio {
             .join(",");
         let mut trio = Trio {
             dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
-            grpc: (1..=3).map(|id| (id, free_port())).collect(),
-            http: if http {
-                (1..=3).map(|id| (id, free_port())).collect()
-            } else {
-                BTreeMap::new()
-            },
+            grpc: BTreeMap::new(),
+            http: BTreeMap::new(),
+            with_http: http,
             peers,
             extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
             envs: envs.to_vec(),
@@ -71,6 +73,12 @@ impl Trio {
                 .collect();
             spawns.into_iter().map(|s| s.join().unwrap()).collect()
         });
+        for (id, node) in &started {
+            trio.grpc.insert(*id, node.addr);
+            if let Some(http) = node.http_addr.filter(|_| trio.with_http) {
+                trio.http.insert(*id, http);
+            }
+        }
         trio.nodes.extend(started);
         trio
     }
@@ -86,14 +94,18 @@ impl Trio {
             "--cluster-peers",
             &self.peers,
         ];
-        let http = self.http.get(&id).map(ToString::to_string);
+        // Port 0 at the first start; the same port again after a restart.
+        let any = || SocketAddr::from(([127, 0, 0, 1], 0));
+        let http = self
+            .with_http
+            .then(|| self.http.get(&id).copied().unwrap_or_else(any).to_string());
         if let Some(http) = &http {
             args.extend(["--http-listen", http.as_str()]);
         }
         args.extend(self.extra_args.iter().map(String::as_str));
         let dir = self.dirs[(id - 1) as usize].path();
         BinaryServer::spawn_at(
-            self.grpc[&id],
+            self.grpc.get(&id).copied().unwrap_or_else(any),
             dir,
             &args,
             self.logs[&id].clone(),

@@ -16,9 +16,9 @@ const FORKERS: usize = 8;
 
 /// Starts the binary with its HTTP face; returns it and the face's stream URL prefix.
 fn serve(dir: &Path) -> (BinaryServer, String) {
-    let http = free_port().to_string();
-    let server = BinaryServer::spawn(dir, &["--http-listen", &http]);
-    (server, format!("http://{http}/v1/stream"))
+    let server = BinaryServer::spawn(dir, &["--http-listen", "127.0.0.1:0"]);
+    let base = format!("{}/v1/stream", server.http_base());
+    (server, base)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

@@ -48,8 +48,7 @@ fn next_line(lines: &mut Lines<BufReader<ChildStdout>>) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_operator_watches_stops_and_deletes_recordings_in_the_console() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port().to_string();
-    let server = BinaryServer::spawn(dir.path(), &["--http-listen", &http]);
+    let server = BinaryServer::spawn(dir.path(), &["--http-listen", "127.0.0.1:0"]);
     let recorder = server.recorder().await;
     // Ids and content are whatever a producer sent: markup included.
     let hostile_id = "x<img src=x onerror=window.pwned=1>";
@@ -70,7 +69,7 @@ async fn an_operator_watches_stops_and_deletes_recordings_in_the_console() {
         |_| tempfile::tempdir().unwrap().keep(),
         std::path::PathBuf::from,
     );
-    let base = format!("http://{http}");
+    let base = server.http_base();
     let (mut page, mut lines) = driver("operate", &base, shots.to_str().unwrap());
     assert_eq!(next_line(&mut lines), "ready");
 
@@ -112,13 +111,12 @@ async fn an_operator_watches_stops_and_deletes_recordings_in_the_console() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn with_access_control_the_console_sees_only_what_the_credential_may() {
     let dir = tempfile::tempdir().unwrap();
-    let http = free_port().to_string();
     let key = "agent=console-test-api-key";
-    let _server = BinaryServer::spawn(
+    let server = BinaryServer::spawn(
         dir.path(),
         &[
             "--http-listen",
-            &http,
+            "127.0.0.1:0",
             "--jwt-secret",
             SECRET,
             "--api-key",
@@ -128,7 +126,7 @@ async fn with_access_control_the_console_sees_only_what_the_credential_may() {
     // Made by a service with its API key (over HTTP here; the list does not mind the face).
     for (id, text) in [("granted-1", "mine"), ("other-1", "not mine")] {
         let made = reqwest::Client::new()
-            .put(format!("http://{http}/v1/stream/{id}"))
+            .put(format!("{}/v1/stream/{id}", server.http_base()))
             .header("x-api-key", "console-test-api-key")
             .header("content-type", "text/plain")
             .header("stream-closed", "true")
@@ -140,7 +138,7 @@ async fn with_access_control_the_console_sees_only_what_the_credential_may() {
     }
     let grant = grant(SECRET, &[("granted-1", Role::Reader)]);
 
-    let (mut page, mut lines) = driver("access", &format!("http://{http}"), &grant);
+    let (mut page, mut lines) = driver("access", &server.http_base(), &grant);
     let result: serde_json::Value = serde_json::from_str(&next_line(&mut lines)).unwrap();
     assert!(
         tokio::task::block_in_place(|| page.wait())
