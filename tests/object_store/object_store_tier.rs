@@ -130,18 +130,58 @@ const READ_AT_ONCE: usize = 32;
 /// The real binary with the object store at `url` (on `s3`) and its HTTP face on a free port,
 /// with no grace period for producers that go away; its log kept.
 fn serve(data_dir: &FsPath, url: &str, s3: &Seaweed) -> (BinaryServer, LogLines, SocketAddr) {
-    let http = free_port();
-    let listen = http.to_string();
     let args = [
         "--object-store",
         url,
         "--http-listen",
-        &listen,
+        "127.0.0.1:0",
         "--producer-grace",
         "0s",
     ];
     let (server, log) = BinaryServer::spawn_logged_with_env(data_dir, &args, &s3.env());
+    let http = server.http_addr.expect("the HTTP face listens");
     (server, log, http)
+}
+
+/// A recording of several MiB, read from the object store by an instance that never had it:
+/// whole, and from offsets inside it, across the windows the instance reads it in, byte for
+/// byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_recording_reads_whole_from_the_object_store_from_any_offset() {
+    let s3 = Seaweed::start();
+    let url = s3.url("long");
+    let dir_a = tempfile::tempdir().unwrap();
+    let (a, _a_log, a_http) = serve(dir_a.path(), &url, &s3);
+    let on_a = Instance::of(&a, a_http).await;
+    // 40 chunks of about 70 KiB, multi-byte characters included: 2.7 MiB.
+    let chunks: Vec<String> = (0..40)
+        .map(|i| format!("[{i}] {}", "Grüße 🦀 ".repeat(5_000)))
+        .collect();
+    let texts: Vec<&str> = chunks.iter().map(String::as_str).collect();
+    record_all(&on_a.recorder, b"long", &texts).await;
+    wait_until_sealed_one(&on_a, b"long").await;
+    a.kill();
+
+    let dir_b = tempfile::tempdir().unwrap();
+    let (b, _b_log, b_http) = serve(dir_b.path(), &url, &s3);
+    let on_b = Instance::of(&b, b_http).await;
+    let whole = chunks.concat();
+    for offset in [0, 1_000_000, 2_000_003, whole.len() - 10] {
+        let offset = (0..=offset)
+            .rev()
+            .find(|at| whole.is_char_boundary(*at))
+            .unwrap();
+        let stream = replay_from(&on_b.recorder, b"long", offset as i64)
+            .await
+            .unwrap();
+        let replayed = read_all(stream).await.unwrap();
+        assert_eq!(replayed.text.len(), whole.len() - offset, "from {offset}");
+        assert!(
+            replayed.text == whole[offset..],
+            "from {offset}: bytes differ"
+        );
+    }
+    b.kill();
 }
 
 /// Waits until every recording in `made` is sealed (Get says it is local and in the object

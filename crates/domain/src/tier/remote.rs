@@ -1,6 +1,11 @@
-//! Finding a sealed recording in the object store and reading it: its header once, then the
-//! byte ranges a reader asks for (never the whole object).
-use std::sync::Arc;
+//! Finding a sealed recording in the object store and reading it: its header and the start of
+//! its data in one request, then the rest a window at a time. Each request to an object store
+//! costs milliseconds, so a reader going through a recording makes as few as it can: a
+//! recording of up to [`FIRST_READ`] is read with the header, a longer one a
+//! [`READ_AHEAD`] window per request, however small the messages it is replayed in.
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
 
 use object_store::path::Path;
 
@@ -9,8 +14,11 @@ use super::{Tier, Version};
 use crate::error::{Error, Result};
 use crate::store::{Chunk, Tombstone};
 
-/// Bytes read with the preamble, so that most headers come in the same request.
-const FIRST_READ: u64 = 64 * 1024;
+/// Bytes read with the preamble: the header, and the data after it, of most recordings whole.
+/// A reader starting far into a long recording reads that much it does not need, once.
+const FIRST_READ: u64 = 1024 * 1024;
+/// Bytes of data fetched by one request past what is held.
+const READ_AHEAD: u64 = 1024 * 1024;
 
 /// What the object store holds of a conversation.
 #[derive(Debug, Clone)]
@@ -30,6 +38,8 @@ pub struct Sealed {
     data_start: u64,
     /// What the copy says about its recording.
     pub header: Header,
+    /// The data last fetched: its first byte's offset in the data, and the bytes.
+    window: Mutex<(u64, Bytes)>,
 }
 
 impl Tier {
@@ -74,6 +84,8 @@ impl Tier {
             self.get_range(&path, PREAMBLE..data_start).await?
         };
         let header = sealed::decode_header(&header_bytes)?;
+        // What the first read brought of the data is kept for the reader.
+        let window = first.slice((data_start as usize).min(first.len())..);
         if header.key != key {
             return Err(Error::Corrupt {
                 detail: format!("the object {path} holds another conversation"),
@@ -84,6 +96,7 @@ impl Tier {
             path,
             data_start,
             header,
+            window: Mutex::new((0, window)),
         })))
     }
 
@@ -104,7 +117,8 @@ impl Tier {
 }
 
 impl Sealed {
-    /// Chunks from `from` on, up to `max_bytes` of them (at least one), with one range read.
+    /// Chunks from `from` on, up to `max_bytes` of them (at least one): from the bytes held,
+    /// else with one range read of at least [`READ_AHEAD`] bytes, which are held for the next.
     ///
     /// Fails with `ObjectStoreUnavailable`.
     pub async fn read_chunks(&self, from: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
@@ -114,11 +128,29 @@ impl Sealed {
         }
         let to = self.header.fit(from, max_bytes);
         let (start, end) = self.header.span(from, to);
-        let data = self
-            .tier
-            .get_range(&self.path, self.data_start + start..self.data_start + end)
-            .await?;
+        let data = match self.held(start, end) {
+            Some(data) => data,
+            None => {
+                let until = (start + READ_AHEAD).max(end).min(self.header.meta.byte_len);
+                let fetched = self
+                    .tier
+                    .get_range(&self.path, self.data_start + start..self.data_start + until)
+                    .await?;
+                let data = fetched.slice(..((end - start) as usize).min(fetched.len()));
+                *self.window.lock().unwrap_or_else(|e| e.into_inner()) = (start, fetched);
+                data
+            }
+        };
         Ok(self.header.chunks(from, &data))
+    }
+
+    /// Data bytes `start..end`, if the window holds them all.
+    fn held(&self, start: u64, end: u64) -> Option<Bytes> {
+        let window = self.window.lock().unwrap_or_else(|e| e.into_inner());
+        let (at, bytes) = &*window;
+        let held_end = at + bytes.len() as u64;
+        (*at <= start && end <= held_end)
+            .then(|| bytes.slice((start - at) as usize..(end - at) as usize))
     }
 
     /// The index of the chunk holding byte `offset`.
