@@ -132,17 +132,28 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
     let prefix = fifo.path().join("fiu-ctrl");
     let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
     let leader = trio.leader().await;
+    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
     let name = b"leader-disk-fails";
     let resumer = trio.nodes[&leader].resumer().await;
     let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
     assert!(producer.ack().await.success);
     let (mut acked, mut sent) = (String::from("t0 "), String::from("t0 "));
+    // A producer on a follower too, its session forwarded to the leader.
+    let forwarded = b"through-a-follower";
+    let through = trio.nodes[&follower].resumer().await;
+    let mut other = LegacyProducer::start(&through, forwarded, "f0 ").await;
+    assert!(other.ack().await.success);
+    let mut other_sent = String::from("f0 ");
     for i in 1..10 {
         let text = format!("t{i} ");
         sent.push_str(&text);
         let committed = sent_and_acked(&mut producer, name, &text).await;
         assert_eq!(committed, Some(sent.len()), "{text}");
         acked.push_str(&text);
+        let text = format!("f{i} ");
+        other_sent.push_str(&text);
+        let committed = sent_and_acked(&mut other, forwarded, &text).await;
+        assert_eq!(committed, Some(other_sent.len()), "{text}");
     }
 
     fail_syncs(&prefix, trio.nodes[&leader].pid());
@@ -154,6 +165,19 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
         "acknowledged by a leader whose log cannot sync"
     );
     drop(producer);
+    // The follower's node moves its producer's session to the next leader: every token it
+    // sends is acknowledged, none is lost or doubled.
+    for i in 10..20 {
+        let text = format!("f{i} ");
+        other_sent.push_str(&text);
+        let committed = sent_and_acked(&mut other, forwarded, &text).await;
+        assert_eq!(
+            committed,
+            Some(other_sent.len()),
+            "{text} through a follower, once the leader's disk failed"
+        );
+    }
+    drop(other);
     let said = trio.lines_with("fdatasync failed");
     assert!(!said.is_empty(), "the leader's log says why it stopped");
     // The others elect a leader among themselves and take new recordings.
@@ -179,5 +203,6 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
     trio.leader().await;
     for id in ids {
         holds(&trio, id, name, &acked, &sent).await;
+        holds(&trio, id, forwarded, &other_sent, &other_sent).await;
     }
 }

@@ -11,12 +11,16 @@ use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
 use super::Cluster;
-use super::relay::{Command, FAILOVER_WAIT, OUTGOING, Outcome, outcome, refused, retriable};
+use super::relay::{
+    Command, FAILOVER_WAIT, OUTGOING, Outcome, leader_gave_up, outcome, refused, retriable,
+};
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::pb::cluster::cluster_client::ClusterClient;
 use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
 
+/// Hand-overs to a next leader in a row that commit nothing before the session is given up.
+const MAX_FRUITLESS_HANDOVERS: u32 = 3;
 /// The longest wait between two attempts to open a session while no leader takes it.
 const RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
 
@@ -124,8 +128,21 @@ impl Session {
         mut commands: mpsc::Receiver<Command>,
         ended: watch::Sender<Option<Outcome>>,
     ) {
+        // Hand-overs in a row with nothing more committed: a leader that takes the session and
+        // gives it up again at once is not tried for ever.
+        let mut fruitless = 0;
         loop {
+            let acked_before = self.acked;
             let lost = self.serve(&mut connection, &mut commands, &ended).await;
+            fruitless = if self.acked > acked_before {
+                0
+            } else {
+                fruitless + 1
+            };
+            if fruitless > MAX_FRUITLESS_HANDOVERS {
+                self.give_up(self.cluster.no_quorum());
+                return;
+            }
             let Some(status) = lost else {
                 // Ended: what was sent and not committed never will be, here.
                 self.fail(self.cluster.no_quorum());
@@ -203,6 +220,9 @@ impl Session {
                     Ok(Some(Producing { kind: Some(producing::Kind::Committed(length)) })) => self.commit(length),
                     Ok(Some(Producing { kind: Some(producing::Kind::Ended(end)) })) => {
                         let outcome = outcome(&end);
+                        if self.finishing.is_none() && leader_gave_up(&outcome) {
+                            return Some(Status::unavailable("the leader gave the session up"));
+                        }
                         // Everything in the recording as it ended is committed.
                         self.commit(outcome.progress.bytes);
                         if let Some((_, done)) = self.finishing.take() {

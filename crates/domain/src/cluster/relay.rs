@@ -66,6 +66,18 @@ pub(super) fn refused(status: Status) -> Error {
     }
 }
 
+/// Whether the leader ended a session for its own sake, not the recording's: it is stopping,
+/// or a commit failed there (it then ends the recording `failed` in its memory alone: in the
+/// cluster the recording is still live). The next leader can take the session over. Only for
+/// a session whose producer did not ask to end it.
+pub(super) fn leader_gave_up(outcome: &Outcome) -> bool {
+    match outcome.stop {
+        Stop::ShuttingDown => true,
+        Stop::Ended => outcome.progress.status == Lifecycle::Failed,
+        _ => false,
+    }
+}
+
 /// How a session ended, from the leader's `Ended`.
 pub(super) fn outcome(end: &Ended) -> Outcome {
     let status = [
