@@ -128,13 +128,14 @@ impl Session {
         mut commands: mpsc::Receiver<Command>,
         ended: watch::Sender<Option<Outcome>>,
     ) {
-        // Hand-overs in a row with nothing more committed: a leader that takes the session and
-        // gives it up again at once is not tried for ever.
+        // Hand-overs in a row that committed nothing of what waited: a leader that takes the
+        // session and gives it up again at once is not tried for ever. (A session with nothing
+        // to commit, its producer quiet, may move through any number of leaders.)
         let mut fruitless = 0;
         loop {
             let acked_before = self.acked;
             let lost = self.serve(&mut connection, &mut commands, &ended).await;
-            fruitless = if self.acked > acked_before {
+            fruitless = if self.acked > acked_before || self.unacked.is_empty() {
                 0
             } else {
                 fruitless + 1
