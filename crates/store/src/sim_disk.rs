@@ -231,14 +231,14 @@ impl Disk {
         self.changes += 1;
         if self.faults.cut_at_change == Some(self.changes) {
             self.cut();
-            return Err(dead());
+            return Err(eio());
         }
         Ok(())
     }
 
     fn alive(&self) -> io::Result<()> {
         if self.after_cut.is_some() {
-            Err(dead())
+            Err(eio())
         } else {
             Ok(())
         }
@@ -255,13 +255,13 @@ impl Disk {
         if kind.is_some() && kind == self.faults.skip {
             return Ok(());
         }
-        let eio = self.faults.sync_eio > 0.0 && self.rng.random_bool(self.faults.sync_eio);
+        let fails = self.faults.sync_eio > 0.0 && self.rng.random_bool(self.faults.sync_eio);
         let file = self.inode(inode)?;
-        if eio {
+        if fails {
             // As Linux after a failed fsync: the pages are clean again, so the bytes never land,
             // though reads still see them until the file is opened again after a cut.
             file.pending.clear();
-            return Err(io::Error::from_raw_os_error(libc_eio()));
+            return Err(eio());
         }
         for change in std::mem::take(&mut file.pending) {
             apply(&mut file.durable, &change);
@@ -296,13 +296,10 @@ fn resize(bytes: &mut Vec<u8>, len: usize) {
     }
 }
 
-fn dead() -> io::Error {
-    io::Error::from_raw_os_error(libc_eio())
-}
-
-/// EIO, without a dependency on libc for one number (it is 5 on every Unix).
-const fn libc_eio() -> i32 {
-    5
+/// EIO, as a failed sync or a disk without power answers (errno 5 on every Unix; libc is not
+/// a dependency of the store for one number).
+fn eio() -> io::Error {
+    io::Error::from_raw_os_error(5)
 }
 
 fn kind_of(path: &Path) -> Option<SkippedSync> {
