@@ -115,13 +115,24 @@ impl BinaryServer {
         keep: LogLines,
         envs: &[(String, String)],
     ) -> BinaryServer {
+        Self::try_spawn_at(addr, data_dir, extra_args, keep, envs)
+            .unwrap_or_else(|log| panic!("the binary exited before listening:\n{log}"))
+    }
+
+    /// As [`spawn_at`](Self::spawn_at); a binary that exits before it listens is an `Err`
+    /// with what it logged (a port another process took says "Address already in use").
+    pub(crate) fn try_spawn_at(
+        addr: SocketAddr,
+        data_dir: &Path,
+        extra_args: &[&str],
+        keep: LogLines,
+        envs: &[(String, String)],
+    ) -> Result<BinaryServer, String> {
         let listen = addr.to_string();
         let mut args = vec!["--listen", listen.as_str(), "--log-format", "json"];
         args.extend_from_slice(extra_args);
-        match try_spawn_serving_with_env(data_dir, &args, Some(keep), envs) {
-            Ok((child, ready)) => BinaryServer::ready(child, &ready),
-            Err(log) => panic!("the binary exited before listening:\n{log}"),
-        }
+        try_spawn_serving_with_env(data_dir, &args, Some(keep), envs)
+            .map(|(child, ready)| BinaryServer::ready(child, &ready))
     }
 
     /// The server `child` is, at the addresses its readiness line (JSON) names.

@@ -48,42 +48,58 @@ impl Trio {
         Self::start_serving(extra_args, false, envs)
     }
 
+    /// Starts the three nodes. Their cluster ports are picked here (each node must know the
+    /// others' before any starts); one another process took before its node bound it makes
+    /// that node exit ("Address already in use"), and the trio is started again on fresh ports
+    /// and data dirs, a few times.
     fn start_serving(extra_args: &[&str], http: bool, envs: &[(String, String)]) -> Trio {
-        let peers = (1..=3)
-            .map(|id| format!("{id}={}", free_port()))
-            .collect::<Vec<_>>()
-            .join(",");
-        let mut trio = Trio {
-            dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
-            grpc: BTreeMap::new(),
-            http: BTreeMap::new(),
-            with_http: http,
-            peers,
-            extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
-            envs: envs.to_vec(),
-            nodes: BTreeMap::new(),
-            logs: (1..=3).map(|id| (id, LogLines::default())).collect(),
-        };
-        let started: Vec<(u64, BinaryServer)> = std::thread::scope(|scope| {
-            let spawns: Vec<_> = (1..=3)
-                .map(|id| {
-                    let trio = &trio;
-                    scope.spawn(move || (id, trio.spawn_node(id)))
-                })
-                .collect();
-            spawns.into_iter().map(|s| s.join().unwrap()).collect()
-        });
-        for (id, node) in &started {
-            trio.grpc.insert(*id, node.addr);
-            if let Some(http) = node.http_addr.filter(|_| trio.with_http) {
-                trio.http.insert(*id, http);
+        const TRIES: usize = 5;
+        for _ in 0..TRIES {
+            let peers = (1..=3)
+                .map(|id| format!("{id}={}", free_port()))
+                .collect::<Vec<_>>()
+                .join(",");
+            let mut trio = Trio {
+                dirs: (0..3).map(|_| tempfile::tempdir().unwrap()).collect(),
+                grpc: BTreeMap::new(),
+                http: BTreeMap::new(),
+                with_http: http,
+                peers,
+                extra_args: extra_args.iter().map(|arg| arg.to_string()).collect(),
+                envs: envs.to_vec(),
+                nodes: BTreeMap::new(),
+                logs: (1..=3).map(|id| (id, LogLines::default())).collect(),
+            };
+            let started: Vec<(u64, Result<BinaryServer, String>)> = std::thread::scope(|scope| {
+                let spawns: Vec<_> = (1..=3)
+                    .map(|id| {
+                        let trio = &trio;
+                        scope.spawn(move || (id, trio.spawn_node(id)))
+                    })
+                    .collect();
+                spawns.into_iter().map(|s| s.join().unwrap()).collect()
+            });
+            if let Some((id, Err(log))) = started.iter().find(|(_, node)| node.is_err()) {
+                if log.contains("Address already in use") {
+                    // The nodes that did start are killed as they drop, with their data dirs.
+                    continue;
+                }
+                panic!("node {id} exited before listening:\n{log}");
             }
+            for (id, node) in started {
+                let node = node.unwrap_or_else(|_| unreachable!("checked above"));
+                trio.grpc.insert(id, node.addr);
+                if let Some(http) = node.http_addr.filter(|_| trio.with_http) {
+                    trio.http.insert(id, http);
+                }
+                trio.nodes.insert(id, node);
+            }
+            return trio;
         }
-        trio.nodes.extend(started);
-        trio
+        panic!("no free cluster ports found in {TRIES} tries");
     }
 
-    fn spawn_node(&self, id: u64) -> BinaryServer {
+    fn spawn_node(&self, id: u64) -> Result<BinaryServer, String> {
         let listen = self.cluster_addr(id).to_string();
         let id_text = id.to_string();
         let mut args = vec![
@@ -104,7 +120,7 @@ impl Trio {
         }
         args.extend(self.extra_args.iter().map(String::as_str));
         let dir = self.dirs[(id - 1) as usize].path();
-        BinaryServer::spawn_at(
+        BinaryServer::try_spawn_at(
             self.grpc.get(&id).copied().unwrap_or_else(any),
             dir,
             &args,
@@ -124,7 +140,9 @@ impl Trio {
 
     /// Starts node `id` again on its data dir and addresses.
     pub(crate) fn restart(&mut self, id: u64) {
-        let node = self.spawn_node(id);
+        let node = self
+            .spawn_node(id)
+            .unwrap_or_else(|log| panic!("node {id} exited before listening:\n{log}"));
         self.nodes.insert(id, node);
     }
 
