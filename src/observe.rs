@@ -79,7 +79,7 @@ pub(crate) fn log_config(config: &Config) {
 pub(crate) fn install_metrics(listen: Option<SocketAddr>) -> anyhow::Result<()> {
     use anyhow::Context;
     use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
-    let mut builder = PrometheusBuilder::new()
+    let builder = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Suffix("_seconds".into()),
             tapedeck::metrics::SECONDS_BUCKETS,
@@ -88,31 +88,21 @@ pub(crate) fn install_metrics(listen: Option<SocketAddr>) -> anyhow::Result<()> 
             Matcher::Full(tapedeck::metrics::COMMIT_BATCH_OPS.into()),
             tapedeck::metrics::OPS_BUCKETS,
         )?;
-    // Without `listen`, a recorder alone: the builder's own default would listen on
-    // 0.0.0.0:9000.
-    let recorder = match listen {
-        Some(addr) => {
-            // Bound here first so that a busy port is refused with the usual message.
-            std::net::TcpListener::bind(addr).map_err(|source| {
-                tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
-                    addr,
-                    what: "metrics",
-                    flag: "--metrics-listen",
-                    env: "TAPEDECK_METRICS_LISTEN",
-                    source,
-                })
-            })?;
-            builder = builder.with_http_listener(addr);
-            let (recorder, exporter) = builder.build().with_context(|| {
-                format!(
-                    "cannot serve metrics on {addr} (--metrics-listen or TAPEDECK_METRICS_LISTEN)"
-                )
-            })?;
-            tokio::spawn(exporter);
-            recorder
-        }
-        None => builder.build_recorder(),
+    // Bound here, before anything else starts, so that a busy port is refused with the usual
+    // message; port 0 takes a free one, which the log line below names.
+    let listener = match listen {
+        Some(addr) => Some(std::net::TcpListener::bind(addr).map_err(|source| {
+            tapedeck::Error::Setup(tapedeck::error::Setup::Bind {
+                addr,
+                what: "metrics",
+                flag: "--metrics-listen",
+                env: "TAPEDECK_METRICS_LISTEN",
+                source,
+            })
+        })?),
+        None => None,
     };
+    let recorder = builder.build_recorder();
     let handle = recorder.handle();
     metrics::set_global_recorder(recorder).context("cannot install the metrics recorder")?;
     // Histogram samples wait in buckets until drained: drained every few seconds, scraped or
@@ -125,10 +115,43 @@ pub(crate) fn install_metrics(listen: Option<SocketAddr>) -> anyhow::Result<()> 
             upkeep.run_upkeep();
         }
     });
+    if let Some(listener) = listener {
+        serve_metrics(listener, handle.clone())?;
+    }
     tapedeck::metrics::keep_handle(handle);
     tapedeck::metrics::describe();
-    if let Some(addr) = listen {
-        tracing::info!(%addr, "serving Prometheus metrics at /metrics");
-    }
+    Ok(())
+}
+
+/// Serves `GET /metrics` (the Prometheus text format) on `listener`, from a task of its own.
+///
+/// Fails when the listener cannot be handed to the runtime.
+fn serve_metrics(
+    listener: std::net::TcpListener,
+    handle: metrics_exporter_prometheus::PrometheusHandle,
+) -> anyhow::Result<()> {
+    use anyhow::Context;
+    listener
+        .set_nonblocking(true)
+        .context("cannot serve metrics (--metrics-listen or TAPEDECK_METRICS_LISTEN)")?;
+    let listener = tokio::net::TcpListener::from_std(listener)
+        .context("cannot serve metrics (--metrics-listen or TAPEDECK_METRICS_LISTEN)")?;
+    let addr = listener
+        .local_addr()
+        .context("cannot serve metrics (--metrics-listen or TAPEDECK_METRICS_LISTEN)")?;
+    let app = axum::Router::new().route(
+        "/metrics",
+        axum::routing::get(move || {
+            let handle = handle.clone();
+            async move { handle.render() }
+        }),
+    );
+    tokio::spawn(async move {
+        if let Err(err) = axum::serve(listener, app).await {
+            tracing::error!(error = %err, "serving metrics failed");
+        }
+    });
+    // `addr` is the bound address: with port 0, the one the kernel picked.
+    tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     Ok(())
 }

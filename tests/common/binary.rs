@@ -15,6 +15,9 @@ pub(crate) struct BinaryServer {
     /// Where its HTTP face listens, when it has one (`--http-listen 127.0.0.1:0` picks a free
     /// port; the readiness line says which).
     pub(crate) http_addr: Option<SocketAddr>,
+    /// Where it serves `/metrics`, when asked to (`--metrics-listen 127.0.0.1:0`; its log says
+    /// where before it is ready).
+    pub(crate) metrics_addr: Option<SocketAddr>,
     /// `None` once the process has been reaped.
     child: Option<std::process::Child>,
 }
@@ -135,18 +138,21 @@ impl BinaryServer {
             .map(|(child, ready)| BinaryServer::ready(child, &ready))
     }
 
-    /// The server `child` is, at the addresses its readiness line (JSON) names.
-    fn ready(child: std::process::Child, line: &str) -> BinaryServer {
-        let event: serde_json::Value = serde_json::from_str(line)
-            .unwrap_or_else(|err| panic!("the readiness line is not JSON ({err}): {line}"));
-        let field = |name: &str| event["fields"][name].as_str().map(str::to_string);
-        let addr = field("addr")
-            .and_then(|addr| addr.parse().ok())
-            .unwrap_or_else(|| panic!("the readiness line names no address: {line}"));
-        let http_addr = field("http_addr").and_then(|addr| addr.parse().ok());
+    /// The server `child` is, at the addresses its log (JSON) named up to its readiness line,
+    /// which ends `early`.
+    fn ready(child: std::process::Child, early: &[String]) -> BinaryServer {
+        let address = |message: &str, field: &str| {
+            let line = early.iter().find(|line| line.contains(message))?;
+            let event: serde_json::Value = serde_json::from_str(line)
+                .unwrap_or_else(|err| panic!("a log line is not JSON ({err}): {line}"));
+            event["fields"][field].as_str()?.parse::<SocketAddr>().ok()
+        };
+        let addr = address("tapedeck listening", "addr")
+            .unwrap_or_else(|| panic!("the readiness line names no address: {early:?}"));
         BinaryServer {
             addr,
-            http_addr,
+            http_addr: address("tapedeck listening", "http_addr"),
+            metrics_addr: address("serving Prometheus metrics", "addr"),
             child: Some(child),
         }
     }
@@ -238,14 +244,14 @@ pub(crate) fn try_spawn_serving(
     try_spawn_serving_with_env(data_dir, args, keep, &[]).map(|(child, _)| child)
 }
 
-/// As [`try_spawn_serving`], with the environment variables `envs` set; also returns the
-/// readiness line.
+/// As [`try_spawn_serving`], with the environment variables `envs` set; also returns what it
+/// logged up to its readiness line, that line included.
 fn try_spawn_serving_with_env(
     data_dir: &Path,
     args: &[&str],
     keep: Option<LogLines>,
     envs: &[(String, String)],
-) -> Result<(std::process::Child, String), String> {
+) -> Result<(std::process::Child, Vec<String>), String> {
     use std::io::BufRead;
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
         .arg("serve")
@@ -264,7 +270,8 @@ fn try_spawn_serving_with_env(
         .spawn()
         .expect("cannot start the tapedeck binary");
     let stderr = child.stderr.take().unwrap();
-    // Some(the readiness line) once it listens; None when its log ends first (it exited).
+    // Some(the log up to the readiness line) once it listens; None when its log ends first (it
+    // exited).
     let (events, event) = std::sync::mpsc::channel();
     let early = LogLines::default();
     let before_ready = early.clone();
@@ -274,7 +281,7 @@ fn try_spawn_serving_with_env(
             .lines()
             .map_while(Result::ok)
         {
-            let listening = (!ready && line.contains("tapedeck listening")).then(|| line.clone());
+            let listening = !ready && line.contains("tapedeck listening");
             if !ready {
                 before_ready.lock().unwrap().push(line.clone());
             }
@@ -283,9 +290,9 @@ fn try_spawn_serving_with_env(
             if let Some(keep) = &keep {
                 keep.lock().unwrap().push(line);
             }
-            if let Some(line) = listening {
+            if listening {
                 ready = true;
-                let _ = events.send(Some(line));
+                let _ = events.send(Some(before_ready.lock().unwrap().clone()));
             }
         }
         let _ = events.send(None);

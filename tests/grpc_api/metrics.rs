@@ -6,7 +6,7 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{BinaryServer, Recording, WAIT, free_port, replay_text, scrape};
+use common::{BinaryServer, Recording, WAIT, replay_text, scrape};
 use prometheus_parse::{Sample, Scrape, Value};
 
 /// The value of the sample `name` whose labels include `labels`.
@@ -40,9 +40,9 @@ fn scrape_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
     let dir = tempfile::tempdir().unwrap();
-    let metrics = free_port();
-    let metrics_arg = metrics.to_string();
-    let (server, log) = BinaryServer::spawn_logged(dir.path(), &["--metrics-listen", &metrics_arg]);
+    let (server, log) =
+        BinaryServer::spawn_logged(dir.path(), &["--metrics-listen", "127.0.0.1:0"]);
+    let metrics = server.metrics_addr.expect("it serves metrics");
     let record = [
         ("grpc_service", "memory.v1.ResponseRecorderService"),
         ("grpc_method", "Record"),
@@ -147,15 +147,13 @@ async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
 async fn an_http_refusal_is_counted_once() {
     const SECRET: &str = "a-grant-secret-of-thirty-two-bytes-or-more";
     let dir = tempfile::tempdir().unwrap();
-    let (metrics, http) = (free_port(), free_port());
-    let (metrics_arg, http_arg) = (metrics.to_string(), http.to_string());
     let server = BinaryServer::spawn(
         dir.path(),
         &[
             "--metrics-listen",
-            &metrics_arg,
+            "127.0.0.1:0",
             "--http-listen",
-            &http_arg,
+            "127.0.0.1:0",
             "--jwt-secret",
             SECRET,
         ],
@@ -173,6 +171,10 @@ async fn an_http_refusal_is_counted_once() {
         conversations: [("elsewhere".to_string(), tapedeck::access::Role::Writer)].into(),
     };
     let grant = tapedeck::access::mint(&tapedeck::access::Secret::new(SECRET), &claims).unwrap();
+    let (metrics, http) = (
+        server.metrics_addr.expect("it serves metrics"),
+        server.http_addr.expect("its HTTP face listens"),
+    );
     let url = format!("http://{http}/v1/stream/private");
     let client = reqwest::Client::new();
     let denied = client.put(&url).bearer_auth(&grant).send().await.unwrap();
@@ -196,11 +198,18 @@ async fn an_http_refusal_is_counted_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
     let dir = tempfile::tempdir().unwrap();
-    let (metrics, http) = (free_port(), free_port());
-    let (metrics_arg, http_arg) = (metrics.to_string(), http.to_string());
     let (server, log) = BinaryServer::spawn_logged(
         dir.path(),
-        &["--metrics-listen", &metrics_arg, "--http-listen", &http_arg],
+        &[
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--http-listen",
+            "127.0.0.1:0",
+        ],
+    );
+    let (metrics, http) = (
+        server.metrics_addr.expect("it serves metrics"),
+        server.http_addr.expect("its HTTP face listens"),
     );
     let url = format!("http://{http}/v1/stream/observed");
     let client = reqwest::Client::new();

@@ -292,9 +292,8 @@ async fn a_crash_after_the_mark_leaves_the_recording_served_from_the_object_stor
 #[tokio::test]
 async fn recordings_that_end_while_the_object_store_is_down_are_sealed_when_it_returns() {
     let mut s3 = Seaweed::start();
-    let metrics = free_port();
-    let metrics_arg = metrics.to_string();
-    let a = Instance::fresh(&s3, &["--metrics-listen", &metrics_arg], &[]);
+    let a = Instance::fresh(&s3, &["--metrics-listen", "127.0.0.1:0"], &[]);
+    let metrics = a.server.metrics_addr.expect("it serves metrics");
     // One sealed before the outage: the sealer has talked to the store, and its connection is
     // what the outage breaks.
     let before = record(&a.server, "outage-before").await;
