@@ -27,17 +27,7 @@ async fn holds(trio: &Trio, id: u64, name: &[u8], acked: &str, sent: &str) {
             other => panic!("node {id}: {other:?}"),
         }
     };
-    assert!(
-        replayed.text.starts_with(acked),
-        "node {id} lost acknowledged bytes: {:?}, {} acknowledged",
-        replayed.text,
-        acked.len()
-    );
-    assert!(
-        sent.starts_with(&replayed.text),
-        "node {id} holds bytes never sent: {:?}",
-        replayed.text
-    );
+    assert_kept(&replayed.text, acked, sent, &format!("node {id}"));
 }
 
 /// Sends `text`; returns the committed length an acknowledgement then reports, if one comes
@@ -78,12 +68,7 @@ async fn followers_fail_one_then_both(fail: impl Fn(&std::path::Path, i32)) {
     let prefix = fifo.path().join("fiu-ctrl");
     let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
     let leader = trio.leader().await;
-    let followers: Vec<u64> = trio
-        .nodes
-        .keys()
-        .copied()
-        .filter(|id| *id != leader)
-        .collect();
+    let followers = trio.others(leader);
     let name = b"synced-on-a-majority";
     let resumer = trio.nodes[&leader].resumer().await;
     let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
@@ -112,15 +97,7 @@ async fn followers_fail_one_then_both(fail: impl Fn(&std::path::Path, i32)) {
     );
     drop(producer);
 
-    let ids: Vec<u64> = trio.nodes.keys().copied().collect();
-    for id in &ids {
-        trio.kill(*id);
-    }
-    for id in &ids {
-        trio.restart(*id);
-    }
-    trio.leader().await;
-    for id in ids {
+    for id in trio.kill_and_restart_all().await {
         holds(&trio, id, name, &acked, &sent).await;
     }
 }
@@ -132,7 +109,7 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
     let prefix = fifo.path().join("fiu-ctrl");
     let mut trio = Trio::start_with_env(&["--producer-grace", "0s"], &preloaded(&prefix));
     let leader = trio.leader().await;
-    let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
+    let follower = trio.others(leader)[0];
     let name = b"leader-disk-fails";
     let resumer = trio.nodes[&leader].resumer().await;
     let mut producer = LegacyProducer::start(&resumer, name, "t0 ").await;
@@ -193,15 +170,7 @@ async fn a_leader_whose_syncs_fail_stops_and_is_replaced_and_nothing_acknowledge
     )
     .await;
 
-    let ids: Vec<u64> = trio.nodes.keys().copied().collect();
-    for id in &ids {
-        trio.kill(*id);
-    }
-    for id in &ids {
-        trio.restart(*id);
-    }
-    trio.leader().await;
-    for id in ids {
+    for id in trio.kill_and_restart_all().await {
         holds(&trio, id, name, &acked, &sent).await;
         holds(&trio, id, forwarded, &other_sent, &other_sent).await;
     }

@@ -312,3 +312,17 @@ pub(crate) async fn replay_when_live(
     }
     replay_from(client, id, offset).await
 }
+
+/// Asserts that `text`, what recording `who` holds after a crash or a failure, keeps every
+/// `acked` byte and holds nothing never `sent`.
+pub(crate) fn assert_kept(text: &str, acked: &str, sent: &str, who: &str) {
+    assert!(
+        text.starts_with(acked),
+        "{who} lost acknowledged bytes: {text:?} does not start with the {} acknowledged",
+        acked.len()
+    );
+    assert!(
+        sent.starts_with(text),
+        "{who} holds bytes never sent: {text:?}"
+    );
+}

@@ -111,21 +111,22 @@ pub(crate) fn output_within(
     };
     let stdout = drain(Box::new(child.stdout.take().unwrap()));
     let stderr = drain(Box::new(child.stderr.take().unwrap()));
-    let deadline = std::time::Instant::now() + limit;
-    let status = loop {
-        if let Some(status) = child.try_wait().unwrap() {
-            break status;
-        }
-        if std::time::Instant::now() > deadline {
-            let _ = child.kill();
-            let _ = child.wait();
+    let pid = child.id() as i32;
+    let (exited, exit) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = exited.send(child.wait());
+    });
+    let status = match exit.recv_timeout(limit) {
+        Ok(status) => status.unwrap(),
+        Err(_) => {
+            // SAFETY: kill(2) of the child this function started; its waiter reaps it.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
             panic!(
                 "{command:?} ran past {limit:?}; it printed:\n{}\n{}",
                 String::from_utf8_lossy(&stdout.join().unwrap()),
                 String::from_utf8_lossy(&stderr.join().unwrap())
             );
         }
-        std::thread::sleep(std::time::Duration::from_millis(20));
     };
     std::process::Output {
         status,

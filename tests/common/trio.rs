@@ -151,6 +151,29 @@ impl Trio {
         self.nodes.remove(&id).unwrap().kill();
     }
 
+    /// The nodes other than `id`, in id order.
+    pub(crate) fn others(&self, id: u64) -> Vec<u64> {
+        self.nodes
+            .keys()
+            .copied()
+            .filter(|other| *other != id)
+            .collect()
+    }
+
+    /// SIGKILLs every node, starts each again on its data dir and addresses, and waits until
+    /// they have a leader; returns their ids.
+    pub(crate) async fn kill_and_restart_all(&mut self) -> Vec<u64> {
+        let ids: Vec<u64> = self.nodes.keys().copied().collect();
+        for id in &ids {
+            self.kill(*id);
+        }
+        for id in &ids {
+            self.restart(*id);
+        }
+        self.leader().await;
+        ids
+    }
+
     /// Stops node `id` as an operator would (SIGTERM), and waits for it to exit.
     pub(crate) async fn stop(&mut self, id: u64) {
         let status = self.nodes.remove(&id).unwrap().terminate().await;

@@ -31,6 +31,18 @@ async fn acknowledged(
     (producer, acked)
 }
 
+/// A server with libfiu preloaded, its data dir `data` and its remote control `fiu-ctrl` in
+/// the returned temp dir; its log kept.
+fn preloaded_server() -> (tempfile::TempDir, BinaryServer, LogLines) {
+    require_libfiu();
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    std::fs::create_dir(&data).unwrap();
+    let prefix = dir.path().join("fiu-ctrl");
+    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &preloaded(&prefix));
+    (dir, server, log)
+}
+
 /// Restarts the server on `data` without libfiu and checks `id` holds every acknowledged
 /// byte and nothing never sent. Left `recording` in the file, it is detached after the
 /// restart: with no grace it ends at once, as interrupted, and its replay ends.
@@ -39,27 +51,18 @@ async fn kept_after_a_restart(data: &Path, id: &[u8], acked: &str, sent: &str) {
     let replayed = replay_text(&server.recorder().await, id)
         .await
         .expect("the recording replays after the restart");
-    assert!(
-        replayed.text.starts_with(acked),
-        "lost acknowledged bytes: {:?} does not start with the {} acknowledged",
-        replayed.text,
-        acked.len()
-    );
-    assert!(
-        sent.starts_with(&replayed.text),
-        "holds bytes never sent: {:?}",
-        replayed.text
+    assert_kept(
+        &replayed.text,
+        acked,
+        sent,
+        std::str::from_utf8(id).unwrap(),
     );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_syncs_fail_stops_acknowledging_and_loses_nothing_acknowledged() {
-    require_libfiu();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let fifo_prefix = dir.path().join("fiu-ctrl");
-    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &preloaded(&fifo_prefix));
+    let (dir, server, log) = preloaded_server();
+    let (data, fifo_prefix) = (dir.path().join("data"), dir.path().join("fiu-ctrl"));
     let resumer = server.resumer().await;
     let id = b"failing-disk";
     let (mut producer, acked) = acknowledged(&resumer, id, 50).await;
@@ -105,12 +108,8 @@ async fn a_server_whose_syncs_fail_stops_acknowledging_and_loses_nothing_acknowl
 /// takes new recordings by itself, and after a restart every acknowledged byte is there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_whose_disk_fills_refuses_then_recovers_and_loses_nothing_acknowledged() {
-    require_libfiu();
-    let dir = tempfile::tempdir().unwrap();
-    let data = dir.path().join("data");
-    std::fs::create_dir(&data).unwrap();
-    let fifo_prefix = dir.path().join("fiu-ctrl");
-    let (server, log) = BinaryServer::spawn_logged_with_env(&data, &[], &preloaded(&fifo_prefix));
+    let (dir, server, log) = preloaded_server();
+    let (data, fifo_prefix) = (dir.path().join("data"), dir.path().join("fiu-ctrl"));
     let resumer = server.resumer().await;
     let id = b"full-disk";
     let (mut producer, acked) = acknowledged(&resumer, id, 50).await;
