@@ -20,7 +20,7 @@ use crate::pb::cluster::cluster_client::ClusterClient;
 use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
 
 /// Hand-overs to a next leader in a row that commit nothing before the session is given up.
-const MAX_FRUITLESS_HANDOVERS: u32 = 3;
+const MAX_FRUITLESS_HANDOVERS: u32 = 10;
 /// The longest wait between two attempts to open a session while no leader takes it.
 const RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
 
