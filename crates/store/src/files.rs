@@ -52,6 +52,11 @@ pub trait Files: std::fmt::Debug + Send + Sync + 'static {
     ///
     /// Fails as asking the file system does.
     fn available(&self, dir: &Path) -> io::Result<u64>;
+
+    /// Creates directory `dir` and its parents where missing.
+    ///
+    /// Fails as creating a directory does.
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()>;
 }
 
 /// One open file the store writes itself (not redb's): read and written at offsets, as redb's
@@ -160,6 +165,10 @@ impl Files for RealFiles {
     fn available(&self, dir: &Path) -> io::Result<u64> {
         let fs = rustix::fs::statvfs(dir)?;
         Ok(fs.f_bavail.saturating_mul(fs.f_frsize))
+    }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        std::fs::create_dir_all(dir)
     }
 }
 

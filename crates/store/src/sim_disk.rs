@@ -518,4 +518,9 @@ impl Files for SimDisk {
         self.lock().alive()?;
         Ok(u64::MAX / 2)
     }
+
+    /// Directories are implicit on the simulated disk: a file's name is its whole path.
+    fn create_dir_all(&self, _dir: &Path) -> io::Result<()> {
+        self.lock().alive()
+    }
 }

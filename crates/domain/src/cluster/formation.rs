@@ -105,7 +105,7 @@ impl Cluster {
             .map(|(id, address)| async move {
                 let endpoint = super::network::endpoint(address, self.tls.as_ref()).ok()?;
                 let asked = async {
-                    let channel = endpoint.connect().await.ok()?;
+                    let channel = self.dialer.connect(endpoint).await.ok()?;
                     let answer = ClusterClient::new(channel).applied(AppliedAsked {}).await;
                     Some(answer.ok()?.into_inner().empty)
                 };

@@ -34,7 +34,7 @@ impl Cluster {
         }
         let address = self.config.peers.get(&leader)?;
         let endpoint = super::network::endpoint(address, self.tls.as_ref()).ok()?;
-        let channel = endpoint.connect().await.ok()?;
+        let channel = self.dialer.connect(endpoint).await.ok()?;
         *self.to_leader.lock().unwrap_or_else(|e| e.into_inner()) = Some((leader, channel.clone()));
         Some(channel)
     }

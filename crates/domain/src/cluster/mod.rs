@@ -42,6 +42,8 @@ mod rejoin;
 mod relay;
 mod service;
 mod settings;
+#[cfg(test)]
+mod sim;
 mod snapshots;
 mod tls;
 mod types;

@@ -28,14 +28,59 @@ const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
 pub(crate) struct Network {
     peers: Arc<BTreeMap<NodeId, String>>,
     tls: Option<ClientTlsConfig>,
+    dialer: Dialer,
 }
 
 impl Network {
-    /// Dials the nodes at `peers`, with `tls` if given.
-    pub(crate) fn new(peers: BTreeMap<NodeId, String>, tls: Option<ClientTlsConfig>) -> Self {
+    /// Dials the nodes at `peers` with `dialer`, with `tls` if given.
+    pub(crate) fn new(
+        peers: BTreeMap<NodeId, String>,
+        tls: Option<ClientTlsConfig>,
+        dialer: Dialer,
+    ) -> Self {
         Self {
             peers: Arc::new(peers),
             tls,
+            dialer,
+        }
+    }
+}
+
+/// How a node opens connections to the others: over TCP, or, in the cluster simulation, over
+/// its simulated network.
+#[derive(Clone, Default)]
+pub(crate) enum Dialer {
+    /// The operating system's TCP.
+    #[default]
+    Tcp,
+    /// The simulated network of the cluster simulation.
+    #[cfg(test)]
+    Simulated(super::sim::net::Connector),
+}
+
+impl Dialer {
+    /// A channel to `endpoint`, connected at its first call (and again after a failure).
+    pub(super) fn lazy(&self, endpoint: Endpoint) -> Channel {
+        match self {
+            Dialer::Tcp => endpoint.connect_lazy(),
+            #[cfg(test)]
+            Dialer::Simulated(connector) => endpoint.connect_with_connector_lazy(connector.clone()),
+        }
+    }
+
+    /// A channel to `endpoint`, connected now.
+    ///
+    /// Fails when the connection cannot be made.
+    pub(super) async fn connect(
+        &self,
+        endpoint: Endpoint,
+    ) -> std::result::Result<Channel, tonic::transport::Error> {
+        match self {
+            Dialer::Tcp => endpoint.connect().await,
+            #[cfg(test)]
+            Dialer::Simulated(connector) => {
+                endpoint.connect_with_connector(connector.clone()).await
+            }
         }
     }
 }
@@ -47,6 +92,15 @@ impl Network {
 const STREAM_WINDOW_BYTES: u32 = 8 * 1024 * 1024;
 const CONNECTION_WINDOW_BYTES: u32 = 32 * 1024 * 1024;
 
+/// How often a connection between nodes is pinged, from both ends, and how long a ping may go
+/// unanswered before the connection counts as dead (the dialling end dials again). A
+/// connection can stall without an error (a peer that lost power, a middlebox that dropped its
+/// state, segments lost for good in a partition): without pings every RPC on it would time
+/// out for as long as it lived, and a producer session forwarded over it would stay attached
+/// on the leader, its recording live for ever.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// How this node dials another at `address` (TLS if `tls` is given).
 pub(super) fn endpoint(
     address: &str,
@@ -55,6 +109,9 @@ pub(super) fn endpoint(
     let scheme = if tls.is_some() { "https" } else { "http" };
     let endpoint = Endpoint::from_shared(format!("{scheme}://{address}"))?
         .connect_timeout(CONNECT_TIMEOUT)
+        .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+        .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+        .keep_alive_while_idle(true)
         .tcp_nodelay(true)
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES);
@@ -64,11 +121,14 @@ pub(super) fn endpoint(
     }
 }
 
-/// The windows a node's cluster port grants (see [`STREAM_WINDOW_BYTES`]).
+/// The windows a node's cluster port grants (see [`STREAM_WINDOW_BYTES`]), and its pings (see
+/// [`KEEPALIVE_INTERVAL`]).
 pub(super) fn serve_windows(server: tonic::transport::Server) -> tonic::transport::Server {
     server
         .initial_stream_window_size(STREAM_WINDOW_BYTES)
         .initial_connection_window_size(CONNECTION_WINDOW_BYTES)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT))
 }
 
 impl RaftNetworkFactory<TypeConfig> for Network {
@@ -80,8 +140,14 @@ impl RaftNetworkFactory<TypeConfig> for Network {
             .get(&target)
             .cloned()
             .unwrap_or_else(|| node.addr.clone());
-        let channel = endpoint(&address, self.tls.as_ref()).map(|endpoint| endpoint.connect_lazy());
-        Peer { target, channel }
+        let channel =
+            endpoint(&address, self.tls.as_ref()).map(|endpoint| self.dialer.lazy(endpoint));
+        Peer {
+            target,
+            channel,
+            #[cfg(test)]
+            dialer: self.dialer.clone(),
+        }
     }
 }
 
@@ -90,6 +156,9 @@ pub(crate) struct Peer {
     target: NodeId,
     /// `Err` when the peer's address is not a URI (each RPC then fails as unreachable).
     channel: Result<Channel, tonic::transport::Error>,
+    /// In the simulation, what says which RPCs arrive twice.
+    #[cfg(test)]
+    dialer: Dialer,
 }
 
 /// An RPC error whose remote part is `E`.
@@ -107,8 +176,10 @@ impl Peer {
         Req: serde::Serialize,
         Res: DeserializeOwned,
         E: StdError + DeserializeOwned,
-        F: FnOnce(ClusterClient<Channel>, Payload) -> Fut,
-        Fut: std::future::Future<Output = Result<tonic::Response<Payload>, tonic::Status>>,
+        F: FnOnce(ClusterClient<Channel>, Payload) -> Fut + Clone + Send + 'static,
+        Fut: std::future::Future<Output = Result<tonic::Response<Payload>, tonic::Status>>
+            + Send
+            + 'static,
     {
         let channel = self
             .channel
@@ -119,6 +190,17 @@ impl Peer {
         let client = ClusterClient::new(channel.clone())
             .max_decoding_message_size(usize::MAX)
             .max_encoding_message_size(usize::MAX);
+        // In the simulation, some RPCs arrive a second time, late; nobody hears the answer.
+        #[cfg(test)]
+        if let Dialer::Simulated(connector) = &self.dialer
+            && let Some(after) = connector.duplicate()
+        {
+            let (client, payload, call) = (client.clone(), payload.clone(), call.clone());
+            tokio::spawn(async move {
+                tokio::time::sleep(after).await;
+                let _ = call(client, payload).await;
+            });
+        }
         let answer = tokio::time::timeout(option.hard_ttl(), call(client, payload))
             .await
             .map_err(|elapsed| RPCError::Unreachable(Unreachable::new(&elapsed)))?

@@ -7,13 +7,15 @@ use std::path::Path;
 use std::sync::Arc;
 
 use openraft::SnapshotPolicy;
+use tapedeck_store::{Files, RealFiles};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::TcpIncoming;
 
 use super::log::LogStore;
 use super::machine::Machine;
-use super::network::Network;
+use super::network::{Dialer, Network};
 use super::rejoin::Rejoin;
 use super::settings::ClusterConfig;
 use super::snapshots::SnapshotFiles;
@@ -35,6 +37,33 @@ const INSTALL_SNAPSHOT_TIMEOUT_MS: u64 = 120_000;
 const ELECTION_TIMEOUT_MIN_MS: u64 = 200;
 pub(super) const ELECTION_TIMEOUT_MAX_MS: u64 = 350;
 
+/// What a node runs on: the files its log lives on, how it dials the others, and its timers.
+pub(super) struct Wiring {
+    pub(super) files: Arc<dyn Files>,
+    pub(super) dialer: Dialer,
+    pub(super) timing: Timing,
+}
+
+/// How fast this node's Raft timers run against everyone else's: a clock that runs fast fires
+/// its heartbeats and election timeouts early (the simulation skews each node's).
+#[derive(Clone, Copy)]
+pub(super) struct Timing {
+    /// Every timeout, in ms, is multiplied by this.
+    pub(super) scale: f64,
+}
+
+impl Default for Timing {
+    fn default() -> Self {
+        Timing { scale: 1.0 }
+    }
+}
+
+impl Timing {
+    fn scaled(self, ms: u64) -> u64 {
+        ((ms as f64) * self.scale).round().max(1.0) as u64
+    }
+}
+
 /// A running node of a cluster; cheap to clone.
 #[derive(Clone)]
 pub struct Cluster {
@@ -42,6 +71,7 @@ pub struct Cluster {
     pub(super) config: Arc<ClusterConfig>,
     /// How this node dials the others.
     pub(super) tls: Option<tonic::transport::ClientTlsConfig>,
+    pub(super) dialer: Dialer,
     /// The last log index applied here.
     pub(super) applied: tokio::sync::watch::Receiver<u64>,
     /// This node's HTTP face, which answers the writes other nodes forward while it leads.
@@ -86,33 +116,61 @@ impl Cluster {
         tls: Option<&crate::tls::TlsFiles>,
         stop: CancellationToken,
     ) -> Result<Served> {
+        let wiring = Wiring {
+            files: Arc::new(RealFiles),
+            dialer: Dialer::Tcp,
+            timing: Timing::default(),
+        };
+        let cluster = Cluster::open(config, data_dir, recorder, tls, wiring).await?;
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let server = tokio::spawn(super::service::serve(
+            incoming,
+            cluster.clone(),
+            recorder.clone(),
+            peer_ips(config).await,
+            super::tls::server(tls)?,
+            stop.cancelled_owned(),
+        ));
+        tokio::spawn(cluster.clone().join());
+        tracing::info!(node = config.node_id, listen = %config.listen, voters = config.peers.len(), "cluster node started");
+        Ok(Served { cluster, server })
+    }
+
+    /// Opens this node as `wiring` says: its log under `data_dir`, its Raft, and `recorder`'s
+    /// commits sent through the cluster from now on. It neither serves the other nodes nor
+    /// joins the cluster yet (see [`Cluster::start`]).
+    ///
+    /// Fails when the log cannot be opened or Raft cannot be set up.
+    pub(super) async fn open(
+        config: &ClusterConfig,
+        data_dir: &Path,
+        recorder: &Recorder,
+        tls: Option<&crate::tls::TlsFiles>,
+        wiring: Wiring,
+    ) -> Result<Cluster> {
         let store = recorder.deck().store();
         let log_dir = data_dir.join("raft");
-        let log = LogStore::open(&log_dir).map_err(|err| {
+        let setup = |what: &str, err: std::io::Error| {
             Error::Setup(crate::error::Setup::Cluster {
-                reason: format!("cannot open the log in {}: {err}", log_dir.display()),
+                reason: format!("cannot {what} in {}: {err}", log_dir.display()),
             })
-        })?;
-        let rejoin = Rejoin::open(&log_dir, log.is_empty()).map_err(|err| {
-            Error::Setup(crate::error::Setup::Cluster {
-                reason: format!(
-                    "cannot mark the log in {} as rejoining: {err}",
-                    log_dir.display()
-                ),
-            })
-        })?;
+        };
+        let log = LogStore::open_on(wiring.files.clone(), &log_dir)
+            .map_err(|err| setup("open the log", err))?;
+        let rejoin = Rejoin::open(wiring.files, &log_dir, log.is_empty())
+            .map_err(|err| setup("mark the log as rejoining", err))?;
         let (applied_tx, applied) = tokio::sync::watch::channel(0);
-        let snapshots = SnapshotFiles::open(&log_dir).map_err(|err| {
-            Error::Setup(crate::error::Setup::Cluster {
-                reason: format!("cannot open the snapshots in {}: {err}", log_dir.display()),
-            })
-        })?;
+        // Snapshots are streamed as `tokio::fs` files: always the operating system's.
+        std::fs::create_dir_all(&log_dir).map_err(|err| setup("make the directory", err))?;
+        let snapshots =
+            SnapshotFiles::open(&log_dir).map_err(|err| setup("open the snapshots", err))?;
         let machine = Machine::open(store.clone(), applied_tx, snapshots, config.node_id)?;
+        let timing = wiring.timing;
         let raft_config = openraft::Config {
             cluster_name: "tapedeck".into(),
-            heartbeat_interval: HEARTBEAT_MS,
-            election_timeout_min: ELECTION_TIMEOUT_MIN_MS,
-            election_timeout_max: ELECTION_TIMEOUT_MAX_MS,
+            heartbeat_interval: timing.scaled(HEARTBEAT_MS),
+            election_timeout_min: timing.scaled(ELECTION_TIMEOUT_MIN_MS),
+            election_timeout_max: timing.scaled(ELECTION_TIMEOUT_MAX_MS),
             snapshot_policy: SnapshotPolicy::LogsSinceLast(config.snapshot_every),
             max_in_snapshot_log_to_keep: config.snapshot_every,
             // A chunk's RPC; the last one's answer waits for the snapshot to be installed.
@@ -128,7 +186,11 @@ impl Cluster {
             })
         })?;
         let client_tls = super::tls::client(tls)?;
-        let network = Network::new(config.peers.clone(), client_tls.clone());
+        let network = Network::new(
+            config.peers.clone(),
+            client_tls.clone(),
+            wiring.dialer.clone(),
+        );
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
             .await
             .map_err(|err| {
@@ -140,27 +202,18 @@ impl Cluster {
             raft,
             config: Arc::new(config.clone()),
             tls: client_tls,
+            dialer: wiring.dialer,
             applied,
             http_face: Arc::default(),
             to_leader: Arc::default(),
             rejoin: Arc::new(rejoin),
             ready_to_lead: Arc::default(),
         };
-        let server = tokio::spawn(super::service::serve(
-            listener,
-            cluster.clone(),
-            recorder.clone(),
-            peer_ips(config).await,
-            super::tls::server(tls)?,
-            stop.cancelled_owned(),
-        ));
-        tokio::spawn(cluster.clone().join());
         cluster.propose_commits_of(store);
         recorder.end_on(Arc::new(super::ending::OnLeader {
             cluster: cluster.clone(),
         }));
-        tracing::info!(node = config.node_id, listen = %config.listen, voters = config.peers.len(), "cluster node started");
-        Ok(Served { cluster, server })
+        Ok(cluster)
     }
 
     /// The Raft handle, for status and tests.

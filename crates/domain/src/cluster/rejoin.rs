@@ -9,10 +9,11 @@
 //! cluster, where every log is empty, clears it when it forms (`Cluster::form`).
 use std::io;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 
 use openraft::RaftMetrics;
+use tapedeck_store::{Files, OpenMode};
 
 use super::types::NodeId;
 
@@ -24,6 +25,7 @@ const MARKER: &str = "rejoining";
 /// Whether this node is still catching up after finding its log empty.
 #[derive(Debug)]
 pub(crate) struct Rejoin {
+    files: Arc<dyn Files>,
     marker: PathBuf,
     pending: AtomicBool,
     /// How far this node must apply before it votes again.
@@ -44,14 +46,20 @@ impl Rejoin {
     /// before anything is written to it).
     ///
     /// Fails when the marker cannot be read or written.
-    pub(crate) fn open(dir: &Path, empty: bool) -> io::Result<Rejoin> {
+    pub(crate) fn open(files: Arc<dyn Files>, dir: &Path, empty: bool) -> io::Result<Rejoin> {
         let marker = dir.join(MARKER);
-        if empty && !marker.exists() {
-            std::fs::File::create(&marker)?.sync_all()?;
-            super::log::files::sync_dir(&marker)?;
+        let exists = match files.len(&marker) {
+            Ok(_) => true,
+            Err(err) if err.kind() == io::ErrorKind::NotFound => false,
+            Err(err) => return Err(err),
+        };
+        if empty && !exists {
+            files.open(&marker, OpenMode::Create)?.sync_all()?;
+            super::log::files::sync_dir(&*files, &marker)?;
         }
         Ok(Rejoin {
-            pending: AtomicBool::new(marker.exists()),
+            pending: AtomicBool::new(empty || exists),
+            files,
             marker,
             target: Mutex::default(),
         })
@@ -103,11 +111,11 @@ impl Rejoin {
     ///
     /// Fails when the marker cannot be removed; the node then stays without a vote.
     pub(crate) fn finish(&self) -> io::Result<()> {
-        match std::fs::remove_file(&self.marker) {
+        match self.files.remove(&self.marker) {
             Err(err) if err.kind() != io::ErrorKind::NotFound => return Err(err),
             _ => {}
         }
-        super::log::files::sync_dir(&self.marker)?;
+        super::log::files::sync_dir(&*self.files, &self.marker)?;
         self.pending.store(false, Ordering::Release);
         Ok(())
     }
@@ -132,25 +140,37 @@ mod tests {
     #[test]
     fn an_empty_log_is_marked_and_the_mark_survives_a_restart_until_finished() {
         let dir = tempfile::tempdir().unwrap();
-        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        let rejoin = Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), true).unwrap();
         assert!(rejoin.pending());
         // A restart with a log partly caught up still has no vote.
-        assert!(Rejoin::open(dir.path(), false).unwrap().pending());
+        assert!(
+            Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), false)
+                .unwrap()
+                .pending()
+        );
         rejoin.finish().unwrap();
         assert!(!rejoin.pending());
-        assert!(!Rejoin::open(dir.path(), false).unwrap().pending());
+        assert!(
+            !Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), false)
+                .unwrap()
+                .pending()
+        );
     }
 
     #[test]
     fn a_log_with_entries_and_no_mark_votes_at_once() {
         let dir = tempfile::tempdir().unwrap();
-        assert!(!Rejoin::open(dir.path(), false).unwrap().pending());
+        assert!(
+            !Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), false)
+                .unwrap()
+                .pending()
+        );
     }
 
     #[test]
     fn caught_up_needs_the_first_commit_heard_and_an_entry_of_the_current_term() {
         let dir = tempfile::tempdir().unwrap();
-        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        let rejoin = Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), true).unwrap();
         // Nothing heard from a leader yet.
         assert!(!rejoin.caught_up(&metrics(3, Some(log_id(3, 50)))));
         rejoin.heard(Some(log_id(3, 100)));
@@ -169,7 +189,7 @@ mod tests {
     #[test]
     fn caught_up_needs_the_leaders_whole_log_even_past_its_commit_index() {
         let dir = tempfile::tempdir().unwrap();
-        let rejoin = Rejoin::open(dir.path(), true).unwrap();
+        let rejoin = Rejoin::open(Arc::new(tapedeck_store::RealFiles), dir.path(), true).unwrap();
         // A leader restarted into its term: its commit index is behind its log.
         rejoin.heard(Some(log_id(5, 10)));
         rejoin.leader_log_ends_at(200);

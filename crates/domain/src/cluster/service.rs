@@ -9,8 +9,6 @@ use openraft::error::RaftError;
 use openraft::raft::{AppendEntriesRequest, VoteRequest, VoteResponse};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tokio::net::TcpListener;
-use tonic::transport::server::TcpIncoming;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -184,18 +182,28 @@ impl Cluster for Service {
     }
 }
 
-/// Serves the cluster's RPCs on `listener` to the addresses in `allowed`, with `tls` if given,
-/// until `shutdown` resolves.
+/// Serves the cluster's RPCs on the connections of `incoming` to the addresses in `allowed`,
+/// with `tls` if given, until `shutdown` resolves.
 ///
 /// Fails when TLS cannot be set up or the server fails.
-pub(crate) async fn serve(
-    listener: TcpListener,
+pub(crate) async fn serve<I, IO, IE>(
+    incoming: I,
     cluster: super::Cluster,
     recorder: Recorder,
     allowed: Allowed,
     tls: Option<ServerTlsConfig>,
     shutdown: impl Future<Output = ()> + Send + 'static,
-) -> Result<()> {
+) -> Result<()>
+where
+    I: tokio_stream::Stream<Item = std::result::Result<IO, IE>> + Send + 'static,
+    IO: tokio::io::AsyncRead
+        + tokio::io::AsyncWrite
+        + tonic::transport::server::Connected
+        + Unpin
+        + Send
+        + 'static,
+    IE: Into<Box<dyn std::error::Error + Send + Sync>> + Send + 'static,
+{
     let service = ClusterServer::new(Service {
         raft: cluster.raft.clone(),
         cluster,
@@ -210,7 +218,6 @@ pub(crate) async fn serve(
             .tls_config(tls)
             .map_err(|err| crate::tls::error(&err))?;
     }
-    let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
     server
         .add_service(service)
         .serve_with_incoming_shutdown(incoming, shutdown)

@@ -177,6 +177,10 @@ impl Files for Watched {
         self.count(Kind::Dir, Call::Available);
         RealFiles.available(dir)
     }
+
+    fn create_dir_all(&self, dir: &Path) -> io::Result<()> {
+        RealFiles.create_dir_all(dir)
+    }
 }
 
 #[derive(Debug)]

@@ -1,10 +1,11 @@
 //! The on-disk formats of the Raft log: entry frames `[len u32][crc32 u32][bincode-serde of the
 //! entry]` (little endian) in one append-only file, and small files (the vote, the last purged
-//! log id) replaced atomically.
-use std::fs::{File, OpenOptions};
+//! log id) replaced atomically. Every file is reached through the store's [`Files`] seam, so
+//! the simulated disk can cut a node's power under its log too.
 use std::io::{self, BufReader, Read};
-use std::os::unix::fs::FileExt;
 use std::path::Path;
+
+use tapedeck_store::{FileHandle, Files, OpenMode};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -33,9 +34,9 @@ pub(crate) fn encode(entry: &Entry, out: &mut Vec<u8>) -> io::Result<u32> {
 }
 
 /// Reads and checks the frame of `len` bytes at `offset` of `file`.
-pub(crate) fn read_frame(file: &File, offset: u64, len: u32) -> io::Result<Entry> {
+pub(crate) fn read_frame(file: &dyn FileHandle, offset: u64, len: u32) -> io::Result<Entry> {
     let mut buf = vec![0; len as usize];
-    file.read_exact_at(&mut buf, offset)?;
+    file.read(offset, &mut buf)?;
     let (header, payload) = buf.split_at(HEADER as usize);
     // The slices are 4 bytes long by construction of `header`.
     let stored_len = u32::from_le_bytes([header[0], header[1], header[2], header[3]]);
@@ -70,10 +71,21 @@ pub(crate) struct Found {
 /// or followed only by zeros). Returns the length of the valid part.
 ///
 /// Fails, naming the file, if a frame before the tail is damaged.
-pub(crate) fn scan(path: &Path, mut found: impl FnMut(Found) -> io::Result<()>) -> io::Result<u64> {
-    let file = OpenOptions::new().read(true).write(true).open(path)?;
-    let size = file.metadata()?.len();
-    let mut reader = BufReader::with_capacity(1 << 20, &file);
+pub(crate) fn scan(
+    files: &dyn Files,
+    path: &Path,
+    mut found: impl FnMut(Found) -> io::Result<()>,
+) -> io::Result<u64> {
+    let file = files.open(path, OpenMode::Write)?;
+    let size = file.len()?;
+    let mut reader = BufReader::with_capacity(
+        1 << 20,
+        ReadFrom {
+            file: &*file,
+            offset: 0,
+            end: size,
+        },
+    );
     let mut offset = 0u64;
     let mut header = [0u8; HEADER as usize];
     let mut payload = Vec::new();
@@ -112,7 +124,7 @@ pub(crate) fn scan(path: &Path, mut found: impl FnMut(Found) -> io::Result<()>) 
     if let Some(what) = damaged {
         // Past the last good frame: a tail a crash cut short, or what a crash left zero-filled
         // after extending the file. Anything else is damage we must not hide.
-        if !tail_is_torn(&file, offset, size)? {
+        if !tail_is_torn(&*file, offset, size)? {
             return Err(corrupt(path, offset, what));
         }
         tracing::warn!(
@@ -130,12 +142,12 @@ pub(crate) fn scan(path: &Path, mut found: impl FnMut(Found) -> io::Result<()>) 
 /// Whether the bytes from `offset` to `size` are one frame cut short by a crash: either the
 /// frame runs to the end of the file (its length field reaches past it or exactly to it), or
 /// everything after its header's start is zeros.
-fn tail_is_torn(file: &File, offset: u64, size: u64) -> io::Result<bool> {
+fn tail_is_torn(file: &dyn FileHandle, offset: u64, size: u64) -> io::Result<bool> {
     let mut rest = vec![0u8; (size - offset).min(1 << 24) as usize];
     if (rest.len() as u64) < size - offset {
         return Ok(false);
     }
-    file.read_exact_at(&mut rest, offset)?;
+    file.read(offset, &mut rest)?;
     if rest.iter().all(|&b| b == 0) {
         return Ok(true);
     }
@@ -144,6 +156,22 @@ fn tail_is_torn(file: &File, offset: u64, size: u64) -> io::Result<bool> {
     }
     let len = u64::from(u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]));
     Ok(len != 0 && HEADER + len >= size - offset)
+}
+
+/// A file read in order from `offset` to `end`, for a [`BufReader`].
+struct ReadFrom<'a> {
+    file: &'a dyn FileHandle,
+    offset: u64,
+    end: u64,
+}
+
+impl Read for ReadFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = (self.end - self.offset).min(buf.len() as u64) as usize;
+        self.file.read(self.offset, &mut buf[..n])?;
+        self.offset += n as u64;
+        Ok(n)
+    }
 }
 
 fn corrupt(path: &Path, offset: u64, what: &str) -> io::Error {
@@ -159,12 +187,17 @@ fn corrupt(path: &Path, offset: u64, what: &str) -> io::Error {
 /// Reads the small file at `path` written by [`write_atomic`]; `None` if it does not exist.
 ///
 /// Fails, naming the file, if it cannot be read or decoded.
-pub(crate) fn read_small<T: DeserializeOwned>(path: &Path) -> io::Result<Option<T>> {
-    let bytes = match std::fs::read(path) {
-        Ok(bytes) => bytes,
+pub(crate) fn read_small<T: DeserializeOwned>(
+    files: &dyn Files,
+    path: &Path,
+) -> io::Result<Option<T>> {
+    let file = match files.open(path, OpenMode::Read) {
+        Ok(file) => file,
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(e),
     };
+    let mut bytes = vec![0; file.len()? as usize];
+    file.read(0, &mut bytes)?;
     let damaged = || {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -185,21 +218,31 @@ pub(crate) fn read_small<T: DeserializeOwned>(path: &Path) -> io::Result<Option<
 
 /// Replaces the file at `path` with `value` durably: writes a temporary file, syncs it, renames
 /// it over `path`, syncs the directory. A crash leaves the old value or the new one.
-pub(crate) fn write_atomic<T: Serialize>(path: &Path, value: &T) -> io::Result<()> {
+pub(crate) fn write_atomic<T: Serialize>(
+    files: &dyn Files,
+    path: &Path,
+    value: &T,
+) -> io::Result<()> {
     let payload = bincode::serde::encode_to_vec(value, bincode::config::standard())
         .map_err(io::Error::other)?;
     let mut bytes = crc32fast::hash(&payload).to_le_bytes().to_vec();
     bytes.extend_from_slice(&payload);
     let tmp = path.with_extension("tmp");
-    let file = File::create(&tmp)?;
-    file.write_all_at(&bytes, 0)?;
+    let file = create_empty(files, &tmp)?;
+    file.write(0, &bytes)?;
     file.sync_data()?;
-    std::fs::rename(&tmp, path)?;
-    sync_dir(path)
+    files.rename(&tmp, path)?;
+    sync_dir(files, path)
+}
+
+/// Opens the file at `path`, created or cut to nothing.
+pub(crate) fn create_empty(files: &dyn Files, path: &Path) -> io::Result<Box<dyn FileHandle>> {
+    let file = files.open(path, OpenMode::Create)?;
+    file.set_len(0)?;
+    Ok(file)
 }
 
 /// Syncs the directory holding `path`, making a rename or a creation in it durable.
-pub(crate) fn sync_dir(path: &Path) -> io::Result<()> {
-    let dir = path.parent().unwrap_or(Path::new("."));
-    File::open(dir)?.sync_all()
+pub(crate) fn sync_dir(files: &dyn Files, path: &Path) -> io::Result<()> {
+    files.sync_dir(path.parent().unwrap_or(Path::new(".")))
 }

@@ -10,12 +10,12 @@
 //! - `files`: the on-disk formats; `writer`: the writer thread (group commit, one fdatasync
 //!   per batch).
 use std::collections::{BTreeMap, VecDeque};
-use std::fs::{File, OpenOptions};
 use std::io;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::Sender;
 use std::sync::{Arc, Mutex};
 
+use tapedeck_store::{FileHandle, Files, OpenMode, RealFiles};
 use tokio::sync::oneshot;
 
 use files::{Entry, LogId};
@@ -67,7 +67,7 @@ pub(crate) struct State {
     cache: BTreeMap<u64, (Entry, u32)>,
     cache_bytes: u64,
     /// The entries file, replaced when the purged prefix is reclaimed.
-    pub(crate) file: Arc<File>,
+    pub(crate) file: Arc<dyn FileHandle>,
     /// The logical offset of the file's first byte.
     pub(crate) base: u64,
     /// Every frame before this logical offset is written and synced.
@@ -111,6 +111,7 @@ impl State {
 /// The durable Raft log of this node; openraft drives it.
 pub struct LogStore {
     dir: PathBuf,
+    files: Arc<dyn Files>,
     state: Arc<Mutex<State>>,
     commands: Sender<Command>,
 }
@@ -128,31 +129,33 @@ impl LogStore {
     /// Fails if the directory cannot be made or read, or a file in it is damaged (the error
     /// names the file).
     pub fn open(dir: &Path) -> io::Result<LogStore> {
-        std::fs::create_dir_all(dir)?;
+        Self::open_on(Arc::new(RealFiles), dir)
+    }
+
+    /// Opens the log in `dir` on `files`, as [`open`](Self::open) does.
+    ///
+    /// Fails as [`open`](Self::open) does.
+    pub fn open_on(files: Arc<dyn Files>, dir: &Path) -> io::Result<LogStore> {
+        files.create_dir_all(dir)?;
         let path = dir.join(ENTRIES);
         let purged_path = dir.join(PURGED);
-        let purged: Option<LogId> = files::read_small(&purged_path)?;
+        let purged: Option<LogId> = files::read_small(&*files, &purged_path)?;
         // Leftovers of a rewrite or a vote a crash interrupted; the renamed-over files hold.
         for leftover in [
             path.with_extension("compact"),
             dir.join(VOTE).with_extension("tmp"),
         ] {
-            match std::fs::remove_file(&leftover) {
+            match files.remove(&leftover) {
                 Err(e) if e.kind() != io::ErrorKind::NotFound => return Err(e),
                 _ => {}
             }
         }
-        let file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&path)?;
+        let file = files.open(&path, OpenMode::Create)?;
         file.sync_all()?;
-        files::sync_dir(&path)?;
+        files::sync_dir(&*files, &path)?;
         let mut slots: VecDeque<Slot> = VecDeque::new();
         let floor = purged.map_or(0, |p| p.index + 1);
-        let end = files::scan(&path, |found| {
+        let end = files::scan(&*files, &path, |found| {
             if found.log_id.index < floor {
                 return Ok(());
             }
@@ -184,12 +187,13 @@ impl LogStore {
             end,
             cache: BTreeMap::new(),
             cache_bytes: 0,
-            file: Arc::new(file),
+            file: Arc::from(file),
             base: 0,
             written: end,
         }));
         let (commands, receiver) = std::sync::mpsc::channel();
         let writer = Writer {
+            files: files.clone(),
             path,
             purged_path,
             state: state.clone(),
@@ -201,6 +205,7 @@ impl LogStore {
             .spawn(move || writer.run(receiver))?;
         Ok(LogStore {
             dir: dir.to_path_buf(),
+            files,
             state,
             commands,
         })

@@ -52,7 +52,7 @@ pub(super) async fn read_range<RB: RangeBounds<u64>>(
     let read = tokio::task::spawn_blocking(move || {
         wanted
             .iter()
-            .map(|slot| files::read_frame(&file, slot.offset - base, slot.len))
+            .map(|slot| files::read_frame(&*file, slot.offset - base, slot.len))
             .collect::<io::Result<Vec<Entry>>>()
     })
     .await

@@ -31,7 +31,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     async fn save_vote(&mut self, vote: &Vote<NodeId>) -> Result<(), StorageError<NodeId>> {
         let path = self.dir.join(VOTE);
         let vote = *vote;
-        tokio::task::spawn_blocking(move || files::write_atomic(&path, &vote))
+        let on = self.files.clone();
+        tokio::task::spawn_blocking(move || files::write_atomic(&*on, &path, &vote))
             .await
             .map_err(|e| StorageIOError::write_vote(&io::Error::other(e)))?
             .map_err(|e| {
@@ -41,7 +42,8 @@ impl RaftLogStorage<TypeConfig> for LogStore {
     }
 
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        files::read_small(&self.dir.join(VOTE)).map_err(|e| StorageIOError::read_vote(&e).into())
+        files::read_small(&*self.files, &self.dir.join(VOTE))
+            .map_err(|e| StorageIOError::read_vote(&e).into())
     }
 
     async fn append<I>(

@@ -1,4 +1,5 @@
 //! Tests of the durable Raft log against real files in a temporary directory.
+use std::fs::OpenOptions;
 use std::os::unix::fs::FileExt;
 
 use openraft::storage::RaftLogStorage;

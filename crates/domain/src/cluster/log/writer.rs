@@ -1,13 +1,12 @@
 //! The Raft log's writer thread: it writes every append queued while the previous fdatasync ran
 //! and syncs them once (group commit), then tells openraft they are persisted. A failed write or
 //! sync is never retried: the log refuses everything after it, which stops the node.
-use std::fs::{File, OpenOptions};
 use std::io;
-use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
 use std::sync::mpsc::Receiver;
 use std::sync::{Arc, Mutex};
 
+use tapedeck_store::{FileHandle, Files, OpenMode};
 use tokio::sync::oneshot;
 
 use super::State;
@@ -40,6 +39,8 @@ pub(crate) enum Command {
 
 /// The writer's own state; it runs until every sender is dropped.
 pub(crate) struct Writer {
+    /// Where the log's files are.
+    pub(crate) files: Arc<dyn Files>,
     /// The entries file.
     pub(crate) path: PathBuf,
     /// The file of the last purged log id.
@@ -74,7 +75,7 @@ impl Writer {
                 } => {
                     let result = self.check().and_then(|()| {
                         let (file, base) = self.file();
-                        file.write_all_at(&frames, offset - base)
+                        file.write(offset - base, &frames)
                     });
                     match result {
                         Ok(()) => {
@@ -148,7 +149,7 @@ impl Writer {
     }
 
     fn purge(&mut self, purged: LogId, keep_from: Option<u64>) -> io::Result<()> {
-        files::write_atomic(&self.purged_path, &purged)?;
+        files::write_atomic(&*self.files, &self.purged_path, &purged)?;
         let Some(keep_from) = keep_from else {
             return Ok(());
         };
@@ -156,27 +157,27 @@ impl Writer {
         // old file keep reading it until they are done.
         let (old, base) = self.file();
         let tmp = self.path.with_extension("compact");
-        let new = File::create(&tmp)?;
-        let end = old.metadata()?.len();
+        let new = files::create_empty(&*self.files, &tmp)?;
+        let end = old.len()?;
         let mut from = keep_from - base;
         let mut buf = vec![0u8; 1 << 20];
         while from < end {
             let n = (end - from).min(buf.len() as u64) as usize;
-            old.read_exact_at(&mut buf[..n], from)?;
-            new.write_all_at(&buf[..n], from - (keep_from - base))?;
+            old.read(from, &mut buf[..n])?;
+            new.write(from - (keep_from - base), &buf[..n])?;
             from += n as u64;
         }
         new.sync_data()?;
-        std::fs::rename(&tmp, &self.path)?;
-        files::sync_dir(&self.path)?;
-        let new = OpenOptions::new().read(true).write(true).open(&self.path)?;
+        self.files.rename(&tmp, &self.path)?;
+        files::sync_dir(&*self.files, &self.path)?;
+        let new = self.files.open(&self.path, OpenMode::Write)?;
         let mut state = self.lock();
-        state.file = Arc::new(new);
+        state.file = Arc::from(new);
         state.base = keep_from;
         Ok(())
     }
 
-    fn file(&self) -> (Arc<File>, u64) {
+    fn file(&self) -> (Arc<dyn FileHandle>, u64) {
         let state = self.lock();
         (state.file.clone(), state.base)
     }
