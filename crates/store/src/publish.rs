@@ -124,6 +124,9 @@ impl Writer {
             live.close();
             live.publish_end(Status::Failed, Some(message.clone()));
         }
+        if let Some(replicated) = &self.db.replicated {
+            replicated.failed.send_modify(|failed| *failed += 1);
+        }
         for waiter in waiters {
             waiter.fail(&err);
         }

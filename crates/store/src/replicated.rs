@@ -48,6 +48,8 @@ pub trait Replication: Send + Sync + 'static {
 #[derive(Default)]
 pub(crate) struct Replicated {
     through: OnceLock<Arc<dyn Replication>>,
+    /// Counts the commits that failed (see [`Store::failed_commits`]).
+    pub(crate) failed: tokio::sync::watch::Sender<u64>,
     /// Bytes of changes proposed since the last checkpoint entry.
     since_checkpoint: AtomicU64,
 }
@@ -91,6 +93,15 @@ impl Replicated {
 }
 
 impl Store {
+    /// On a node of a cluster: a receiver that wakes after each commit that failed, once the
+    /// recordings it touched have let go of their producers. Their rows stay `recording`
+    /// (see `publish`); a node still leading then adopts them again, or nobody would end them.
+    /// `None` for a single node.
+    pub fn failed_commits(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        let replicated = self.inner.db.replicated.as_ref()?;
+        Some(replicated.failed.subscribe())
+    }
+
     /// Sends the writer's commits to `replication` from now on. Only for a store opened with
     /// `StoreOptions::replicated`; until this is called its commits fail with `NoQuorum`.
     pub fn replicate_through(&self, replication: Arc<dyn Replication>) {

@@ -39,6 +39,9 @@ pub enum SkippedSync {
     Database,
     /// Syncs of directories: files created, renamed or removed may not survive.
     Directory,
+    /// `fdatasync` of a cluster's Raft log (`*.log`): its entries count towards a majority
+    /// unsynced.
+    RaftLog,
 }
 
 /// What goes wrong with the disk, drawn from its seeded generator.
@@ -112,7 +115,8 @@ impl SimDisk {
 
     /// Cuts the power now, if it is not cut already: from now on every call fails with EIO.
     /// Returns the disk as it comes back: what was durable, and of each file a random prefix of
-    /// what was not, on a disk with no faults whose generator is drawn from this one's.
+    /// what was not, on a disk whose generator is drawn from this one's, with no faults but
+    /// the sync it skips, if it skips one.
     pub fn power_cut(&self) -> SimDisk {
         let mut disk = self.lock();
         disk.cut();
@@ -184,7 +188,11 @@ impl Disk {
             names,
             next_inode: self.next_inode,
             rng: StdRng::seed_from_u64(seed),
-            faults: Faults::default(),
+            // The same disk: if it lies about a kind of sync, it goes on lying.
+            faults: Faults {
+                skip: self.faults.skip,
+                ..Faults::default()
+            },
             changes: 0,
             after_cut: None,
         }))));
@@ -306,6 +314,7 @@ fn kind_of(path: &Path) -> Option<SkippedSync> {
     match path.extension().and_then(|e| e.to_str()) {
         Some("wal") => Some(SkippedSync::Log),
         Some("redb") => Some(SkippedSync::Database),
+        Some("log") => Some(SkippedSync::RaftLog),
         _ => None,
     }
 }

@@ -67,6 +67,7 @@ impl Cluster {
             acked: committed,
             shared_acked: shared_acked.clone(),
             unacked: VecDeque::new(),
+            sent: start,
             finishing: None,
             lost: lost.clone(),
         };

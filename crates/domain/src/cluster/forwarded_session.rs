@@ -69,11 +69,17 @@ impl Cluster {
             // Tried again as soon as this node hears of another leader, else after the pause:
             // a new leader that is still applying what its predecessors committed says so at
             // once, and is asked again shortly.
-            let _ = tokio::time::timeout(
+            let stopped = tokio::time::timeout(
                 pause,
                 metrics.wait_for(|metrics| metrics.current_leader != tried),
             )
-            .await;
+            .await
+            .is_ok_and(|heard| heard.is_err());
+            if stopped {
+                // This node's Raft has stopped: no news of a leader will come, so the pause is
+                // all there is (without it, this loop would spin until the deadline).
+                tokio::time::sleep(pause).await;
+            }
             pause = (pause * 2).min(RETRY_PAUSE_MAX);
         }
     }
@@ -112,6 +118,9 @@ pub(super) struct Session {
     /// Contents sent and not yet acknowledged, in order, each with its end offset and its
     /// waiter: exactly those that end after `acked`.
     pub(super) unacked: VecDeque<Unacked>,
+    /// Where the producer's next content begins: the end of the last one sent, or where it
+    /// resumed from. Below `acked` while a resuming producer resends what is committed.
+    pub(super) sent: u64,
     /// The producer asked to complete or let go: how, and who to answer when the leader says
     /// how the session ended.
     pub(super) finishing: Option<(produced::Kind, oneshot::Sender<Result<Outcome>>)>,
@@ -192,6 +201,7 @@ impl Session {
                     };
                     match command {
                         Command::Content { content, end, done } => {
+                            self.sent = end;
                             let message = Produced { kind: Some(produced::Kind::Content(content.clone())) };
                             if end <= self.acked {
                                 // Resent by a resuming client and committed already: the
@@ -240,11 +250,14 @@ impl Session {
         }
     }
 
-    /// Where the contents not acknowledged begin (they follow one another).
+    /// Where the next leader's session resumes: where the contents not acknowledged begin
+    /// (they follow one another), else where the producer's next content begins. Not at
+    /// `acked` when nothing waits: a resuming producer still resending what is committed would
+    /// have its resent bytes appended again by a leader told the session resumes at `acked`.
     fn resend_from(&self) -> u64 {
         match self.unacked.front() {
             Some(first) => first.end - first.content.len() as u64,
-            None => self.acked,
+            None => self.sent,
         }
     }
 

@@ -7,6 +7,14 @@ use super::node::Cluster;
 use super::types::NodeId;
 use crate::error::Error;
 
+/// Resolves after the next failed commit; never without a store that counts them.
+async fn failed(commits: &mut Option<tokio::sync::watch::Receiver<u64>>) -> Option<()> {
+    match commits {
+        Some(commits) => commits.changed().await.ok(),
+        None => std::future::pending().await,
+    }
+}
+
 impl Cluster {
     /// Whether this node leads and has applied everything committed before it came to.
     pub(super) fn ready_to_lead(&self) -> bool {
@@ -57,22 +65,32 @@ impl Cluster {
     }
 
     /// Runs `adopt` each time this node comes to lead, once it has applied every entry the
-    /// leaders before it committed, and `depose` each time it stops; until `stop` is
-    /// cancelled.
+    /// leaders before it committed, and again after each commit of its own that failed while
+    /// it leads; `depose` each time it stops; until `stop` is cancelled.
+    ///
+    /// A failed commit lets go of the recordings it touched but leaves them `recording` (it
+    /// may yet be applied): the next leader adopts them, but if this node goes on leading,
+    /// nobody else will, and they would stay live for ever.
     pub async fn on_each_lead<F, Fut>(self, stop: CancellationToken, adopt: F, depose: impl Fn())
     where
         F: Fn() -> Fut,
         Fut: std::future::Future<Output = ()>,
     {
         let mut metrics = self.raft.metrics();
+        let mut failed_commits = self.failed_commits.clone();
         let mut leading_term = None;
+        // After a failed commit: adopt again once this log index is applied. The failed
+        // proposal may be in the log (it timed out) and be applied yet; a tape adopted before
+        // would count the recording's chunks without it, and its next append would not follow
+        // on from what every node holds.
+        let mut readopt_at: Option<u64> = None;
         let mut was_leading = false;
         // The last log index when this node came to lead in the current term: once it has
         // applied that far, it has applied everything the leaders before it committed (its
         // own blank entry, after them, included).
         let mut took_over_at: Option<(u64, u64)> = None;
         loop {
-            let (term, leads, ready) = {
+            let (term, leads, ready, readopt_due) = {
                 let m = metrics.borrow_and_update();
                 let leads = m.current_leader == Some(self.config.node_id)
                     && m.state == openraft::ServerState::Leader;
@@ -85,7 +103,8 @@ impl Cluster {
                 // term has entries of it from before, far from the end of its log.
                 let applied = m.last_applied.map(|id| id.index);
                 let ready = took_over_at.is_some_and(|(_, index)| applied >= Some(index));
-                (m.current_term, leads, ready)
+                let readopt = readopt_at.is_some_and(|index| applied >= Some(index));
+                (m.current_term, leads, ready, readopt)
             };
             was_leading |= leads;
             if !(leads && ready) {
@@ -99,15 +118,24 @@ impl Cluster {
                 }
             } else if ready && leading_term != Some(term) {
                 leading_term = Some(term);
+                readopt_at = None;
                 tracing::info!(term, "this node leads the cluster");
                 // Its commits are decided on the cluster's state from now on; the adoption
                 // itself commits (open streams are taken over).
                 self.set_ready_to_lead(true);
                 adopt().await;
+            } else if ready && readopt_due {
+                readopt_at = None;
+                tracing::info!(term, "adopting what a failed commit left live");
+                adopt().await;
             }
             tokio::select! {
                 () = stop.cancelled() => return,
                 changed = metrics.changed() => if changed.is_err() { return },
+                Some(()) = failed(&mut failed_commits) => {
+                    let last = metrics.borrow().last_log_index.unwrap_or(0);
+                    readopt_at = Some(readopt_at.map_or(last, |at| at.max(last)));
+                }
             }
         }
     }

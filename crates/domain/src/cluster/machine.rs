@@ -73,6 +73,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
         let entries: Vec<_> = entries.into_iter().collect();
         let store = self.store.clone();
         let mut state = self.state.clone();
+        let node = self.node_id;
         let applied = tokio::task::spawn_blocking(move || {
             let mut answers = Vec::with_capacity(entries.len());
             for entry in entries {
@@ -95,6 +96,7 @@ impl RaftStateMachine<TypeConfig> for Machine {
                         Applying::Commit(proposal)
                     }
                 };
+                tracing::trace!(node, %log_id, commit = matches!(applied, Applying::Commit(_)), "applying an entry");
                 let encoded = state.encode().map_err(|err| (log_id, err))?;
                 let result = match &applied {
                     Applying::Commit(proposal) => store.apply_entry(

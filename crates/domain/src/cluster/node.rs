@@ -84,6 +84,8 @@ pub struct Cluster {
     /// Whether this node leads and has applied everything the leaders before it committed:
     /// only then are its commits decided on the cluster's state (see `on_each_lead`).
     pub(super) ready_to_lead: Arc<std::sync::atomic::AtomicBool>,
+    /// Wakes after each of the store's commits that failed (see `on_each_lead`).
+    pub(super) failed_commits: Option<tokio::sync::watch::Receiver<u64>>,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -208,6 +210,7 @@ impl Cluster {
             to_leader: Arc::default(),
             rejoin: Arc::new(rejoin),
             ready_to_lead: Arc::default(),
+            failed_commits: store.failed_commits(),
         };
         cluster.propose_commits_of(store);
         recorder.end_on(Arc::new(super::ending::OnLeader {

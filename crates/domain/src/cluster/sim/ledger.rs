@@ -10,9 +10,18 @@ use rand::rngs::StdRng;
 use crate::cluster::NodeId;
 use crate::status::Status;
 
-/// What a replay on one node read: `None` when the node has no such recording; the text and
-/// how the replay ended otherwise.
-pub(super) type Read = Result<Option<(String, Option<Status>)>, String>;
+/// What a replay on one node read: `None` when the node has no such recording; the text, how
+/// the replay ended, and the stored row's generation, status and length otherwise.
+pub(super) type Read = Result<Option<Replayed>, String>;
+
+/// What one replay read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) struct Replayed {
+    pub(super) text: String,
+    pub(super) ending: Option<Status>,
+    /// The row's generation, status and length, after the replay.
+    pub(super) row: Option<(u64, Status, u64)>,
+}
 
 /// Every conversation of one seed.
 pub(super) struct Ledger {
@@ -141,7 +150,7 @@ impl Ledger {
                     wrong(format!("missing, with {} bytes acknowledged", said.acked))
                 }
                 Ok(None) => {}
-                Ok(Some((text, ending))) => {
+                Ok(Some(Replayed { text, ending, .. })) => {
                     if !sent.starts_with(text.as_str()) {
                         wrong(format!(
                             "holds {text:?}, which was never sent ({sent:?} was)"

@@ -15,6 +15,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use tapedeck_store::sim_disk::{Faults, SkippedSync};
 use tokio::sync::oneshot;
 
 use ledger::Ledger;
@@ -57,8 +58,56 @@ impl std::ops::AddAssign for Tally {
     }
 }
 
-/// Runs seed `seed`: what it did, or what went wrong, naming the seed.
-fn run_seed(seed: u64) -> Result<Tally, String> {
+/// Runs seed `seed`, and with `TAPEDECK_SIM_LOGS=DIR` keeps its log in `DIR/seed-N.log` (every
+/// thread's events: seeds then run one at a time).
+fn run_seed(seed: u64, skip: Option<SkippedSync>) -> Result<Tally, String> {
+    let Some(dir) = std::env::var_os("TAPEDECK_SIM_LOGS") else {
+        return run_seed_quietly(seed, skip);
+    };
+    static LOG: std::sync::Mutex<Vec<u8>> = std::sync::Mutex::new(Vec::new());
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        let subscriber = tracing_subscriber::fmt()
+            .with_env_filter(
+                tracing_subscriber::EnvFilter::try_from_env("TAPEDECK_SIM_LOG_FILTER")
+                    .unwrap_or_else(|_| "info".into()),
+            )
+            .with_ansi(false)
+            .with_thread_names(true)
+            .with_writer(|| LogWriter(&LOG))
+            .finish();
+        let _ = tracing::subscriber::set_global_default(subscriber);
+    });
+    LOG.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    let result = run_seed_quietly(seed, skip);
+    let path = std::path::Path::new(&dir).join(format!("seed-{seed}.log"));
+    let kept = std::fs::write(&path, &*LOG.lock().unwrap_or_else(|e| e.into_inner()));
+    result.map_err(|failure| match kept {
+        Ok(()) => format!("{failure}\n(its log: {})", path.display()),
+        Err(err) => format!("{failure}\n(its log could not be kept: {err})"),
+    })
+}
+
+/// Appends to the log kept in memory.
+struct LogWriter(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for LogWriter {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Runs seed `seed` on disks that skip `skip`'s syncs, if given: what it did, or what went
+/// wrong, naming the seed.
+fn run_seed_quietly(seed: u64, skip: Option<SkippedSync>) -> Result<Tally, String> {
     let failed = |what: String| format!("seed {seed} (TAPEDECK_SIM_SEED={seed}): {what}");
     let mut rng = StdRng::seed_from_u64(seed);
     let dir = tempfile::tempdir().map_err(|err| failed(err.to_string()))?;
@@ -71,6 +120,10 @@ fn run_seed(seed: u64) -> Result<Tally, String> {
                 id,
                 dir.path().join(host(id)),
                 rng.random(),
+                Faults {
+                    skip,
+                    ..Faults::default()
+                },
                 rng.random_range(-5_000..5_000),
                 rng.random_range(0.8..1.25),
                 duplicates,
@@ -149,6 +202,7 @@ impl Nemesis {
             return;
         }
         if now >= FAULTS_FOR {
+            tracing::info!(?now, down = ?self.down, "the nemesis heals everything");
             heal(sim);
             if let Some(id) = self.down.take() {
                 sim.bounce(host(id));
@@ -158,7 +212,9 @@ impl Nemesis {
         }
         self.next = now + Duration::from_millis(self.rng.random_range(50..1_000));
         let node = NODES[self.rng.random_range(0..NODES.len())];
-        match self.rng.random_range(0..10) {
+        let action = self.rng.random_range(0..10);
+        tracing::info!(?now, node, action, down = ?self.down, "the nemesis acts");
+        match action {
             // Cut one node off from the other two.
             0..=2 => {
                 self.tally.partitions += 1;
@@ -337,13 +393,19 @@ fn every_acknowledged_byte_survives_partitions_delays_duplicates_and_power_cuts(
     let next = std::sync::atomic::AtomicUsize::new(0);
     let failures = std::sync::Mutex::new(Vec::new());
     let tally = std::sync::Mutex::new(Tally::default());
+    // One log at a time when logs are kept.
+    let threads = if std::env::var_os("TAPEDECK_SIM_LOGS").is_some() {
+        1
+    } else {
+        2
+    };
     std::thread::scope(|scope| {
-        for _ in 0..2 {
+        for _ in 0..threads {
             scope.spawn(|| {
                 loop {
                     let at = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                     let Some(&seed) = seeds.get(at) else { return };
-                    match run_seed(seed) {
+                    match run_seed(seed, None) {
                         Ok(done) => *tally.lock().unwrap_or_else(|e| e.into_inner()) += done,
                         Err(failure) => {
                             failures
@@ -370,4 +432,33 @@ fn every_acknowledged_byte_survives_partitions_delays_duplicates_and_power_cuts(
         tally.completed * 2 > tally.conversations && tally.acked_bytes > 0,
         "{tally:?}"
     );
+}
+
+/// Seeds the bite test below may take to catch a Raft log that skips its syncs.
+const BITE_SEEDS: u64 = 300;
+
+/// A Raft log whose `fdatasync` is skipped (its entries count towards a majority unsynced)
+/// loses acknowledged bytes once power cuts take them from a majority: the simulation must
+/// catch it, as a loss of acknowledged bytes, within [`BITE_SEEDS`] seeds.
+#[test]
+fn a_raft_log_that_skips_its_syncs_is_caught() {
+    let started = Instant::now();
+    let base = env_number("TAPEDECK_SIM_SEED_BASE").unwrap_or(0);
+    for seed in base..base + BITE_SEEDS {
+        match run_seed(seed, Some(SkippedSync::RaftLog)) {
+            Ok(_) => {}
+            Err(failure)
+                if failure.contains("bytes of the") || failure.contains("missing, with") =>
+            {
+                eprintln!(
+                    "caught at seed {seed}, after {:?}:\n{failure}",
+                    started.elapsed()
+                );
+                return;
+            }
+            // Another failure is not what this test looks for.
+            Err(failure) => panic!("{failure}"),
+        }
+    }
+    panic!("{BITE_SEEDS} seeds did not catch a Raft log that skips its syncs");
 }

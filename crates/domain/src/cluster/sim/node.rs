@@ -11,7 +11,7 @@ use tapedeck_store::sim_disk::{Faults, SimDisk};
 use tokio::sync::{mpsc, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::ledger::{Ledger, Read};
+use super::ledger::{Ledger, Read, Replayed};
 use super::net::{self, Connector};
 use crate::clock::Clock;
 use crate::cluster::node::{Timing, Wiring};
@@ -80,6 +80,7 @@ impl Slot {
         id: NodeId,
         dir: PathBuf,
         seed: u64,
+        faults: Faults,
         skew_ms: i64,
         scale: f64,
         duplicates: f64,
@@ -87,7 +88,7 @@ impl Slot {
         Slot {
             id,
             dir,
-            disk: Mutex::new(SimDisk::new(seed, Faults::default())),
+            disk: Mutex::new(SimDisk::new(seed, faults)),
             skew_ms,
             timing: Timing { scale },
             connector: Connector::new(seed ^ 0x5eed, duplicates),
@@ -103,6 +104,7 @@ impl Slot {
     /// Cuts the node's power: its disk keeps what was synced (and maybe part of the rest);
     /// the harness crashes its host in the same step.
     pub(super) fn power_cut(&self) {
+        tracing::info!(node = self.id, "the power is cut");
         let mut disk = lock(&self.disk);
         let after = disk.power_cut();
         *disk = after;
@@ -227,15 +229,30 @@ async fn produce(cluster: Cluster, ledger: &Ledger, conversation: usize) -> Opti
     let name = ledger.name(conversation);
     let id = ConversationId::parse(name.as_bytes()).ok()?;
     let (resume_from, tokens) = ledger.unacked(conversation);
-    let mut producer = cluster.forward_producer(id, resume_from, None).await.ok()?;
+    tracing::info!(%name, ?resume_from, "the workload opens a producer session");
+    let mut producer = cluster
+        .forward_producer(id, resume_from, None)
+        .await
+        .inspect_err(|err| tracing::info!(%name, %err, "the session was refused"))
+        .ok()?;
     for (token, pause) in tokens {
         tokio::time::sleep(pause).await;
         let committed = producer.accept(b"", &token).await.ok()??;
-        let end = committed.await.ok()?.ok()?;
+        let end = committed
+            .await
+            .ok()?
+            .inspect_err(|err| tracing::info!(%name, %err, "a token was not acknowledged"))
+            .ok()?;
+        tracing::info!(%name, end, "the workload heard an acknowledgement");
         ledger.acked(conversation, end);
     }
     ledger.completing(conversation);
-    let progress = producer.complete().await.ok()?;
+    let progress = producer
+        .complete()
+        .await
+        .inspect_err(|err| tracing::info!(%name, %err, "the completion was refused"))
+        .ok()?;
+    tracing::info!(%name, ?progress, "the workload's completion was answered");
     ledger.completed(conversation, progress.status);
     Some(())
 }
@@ -252,7 +269,17 @@ async fn read(recorder: &Recorder, name: &str) -> Read {
     while let Some(piece) = replay.next().await.map_err(|err| err.to_string())? {
         text.push_str(&piece.into_text());
     }
-    Ok(Some((text, replay.ending())))
+    let row = match recorder.get(&id).await.map_err(|err| err.to_string())? {
+        crate::recorder::Found::Recording(info) => {
+            Some((info.meta.generation, info.meta.status, info.meta.byte_len))
+        }
+        _ => None,
+    };
+    Ok(Some(Replayed {
+        text,
+        ending: replay.ending(),
+        row,
+    }))
 }
 
 /// Why a replay of `name` here did not end: what the store and the live recordings say.
