@@ -79,6 +79,10 @@ impl RaftLogStorage<TypeConfig> for LogStore {
                 .map(|(_, len)| u64::from(*len))
                 .sum::<u64>();
             state.end = cut;
+            // Lowered now, not when the writer gets to the cut: the entries appended next go
+            // where the cut ones were, and must stay in the cache until they are written, or a
+            // read would find the cut ones' frames in the file instead.
+            state.written = state.written.min(cut);
             cut
         };
         self.ask(|reply| Command::Truncate { offset, reply })

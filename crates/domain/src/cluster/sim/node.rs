@@ -269,16 +269,22 @@ async fn read(recorder: &Recorder, name: &str) -> Read {
     while let Some(piece) = replay.next().await.map_err(|err| err.to_string())? {
         text.push_str(&piece.into_text());
     }
-    let row = match recorder.get(&id).await.map_err(|err| err.to_string())? {
-        crate::recorder::Found::Recording(info) => {
-            Some((info.meta.generation, info.meta.status, info.meta.byte_len))
+    let row = match recorder.deck().store().lookup(id.key()).await {
+        Ok(crate::store::Lookup::Stored(meta)) => {
+            Some((meta.generation, meta.status, meta.byte_len))
         }
-        _ => None,
+        Ok(_) => None,
+        Err(err) => return Err(err.to_string()),
     };
+    let tape = recorder
+        .deck()
+        .live(id.key())
+        .map(|tape| tape.progress().status);
     Ok(Some(Replayed {
         text,
         ending: replay.ending(),
         row,
+        tape,
     }))
 }
 
