@@ -21,18 +21,6 @@ pub(super) struct Replayed {
     pub(super) ending: Option<Status>,
     /// The stored row's generation, status and length, after the replay.
     pub(super) row: Option<(u64, Status, u64)>,
-    /// The status of this node's live tape of it, if it has one (only the leader may).
-    pub(super) tape: Option<Status>,
-}
-
-/// The text, the replay's end and the stored row.
-type Agreed<'a> = (&'a str, Option<Status>, Option<(u64, Status, u64)>);
-
-impl Replayed {
-    /// What every node must agree on: all but the tape, which only the leader holds.
-    fn agreed(&self) -> Agreed<'_> {
-        (&self.text, self.ending, self.row)
-    }
 }
 
 /// Every conversation of one seed.
@@ -162,12 +150,7 @@ impl Ledger {
                     wrong(format!("missing, with {} bytes acknowledged", said.acked))
                 }
                 Ok(None) => {}
-                Ok(Some(Replayed {
-                    text,
-                    ending,
-                    row,
-                    tape,
-                })) => {
+                Ok(Some(Replayed { text, ending, .. })) => {
                     if !sent.starts_with(text.as_str()) {
                         wrong(format!(
                             "holds {text:?}, which was never sent ({sent:?} was)"
@@ -204,16 +187,8 @@ impl Ledger {
                 }
             }
         }
-        fn agreed(read: &Read) -> Result<Option<Agreed<'_>>, &str> {
-            match read {
-                Ok(replayed) => Ok(replayed.as_ref().map(Replayed::agreed)),
-                Err(err) => Err(err),
-            }
-        }
         if let Some((first, theirs)) = reads.first()
-            && let Some((other, ours)) = reads
-                .iter()
-                .find(|(_, read)| agreed(read) != agreed(theirs))
+            && let Some((other, ours)) = reads.iter().find(|(_, read)| read != theirs)
         {
             found.push(format!(
                 "{name}: node {first} read {theirs:?}, node {other} read {ours:?}"

@@ -276,15 +276,10 @@ async fn read(recorder: &Recorder, name: &str) -> Read {
         Ok(_) => None,
         Err(err) => return Err(err.to_string()),
     };
-    let tape = recorder
-        .deck()
-        .live(id.key())
-        .map(|tape| tape.progress().status);
     Ok(Some(Replayed {
         text,
         ending: replay.ending(),
         row,
-        tape,
     }))
 }
 
