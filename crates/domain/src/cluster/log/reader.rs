@@ -8,14 +8,32 @@ use std::sync::{Arc, Mutex};
 use openraft::{OptionalSend, RaftLogReader, StorageError, StorageIOError};
 
 use super::files::{self, Entry};
-use super::{LogReader, LogStore, State, lock};
+use super::{LogReader, LogStore, Slot, State, lock};
 use crate::cluster::types::{NodeId, TypeConfig};
 
+/// How many times a read whose entries were cut and replaced under it is tried again.
+const RETRIES: usize = 3;
+
 /// Reads the entries of `range`: the cached ones from memory, the others from the file.
-pub(super) async fn read_range<RB: RangeBounds<u64>>(
+pub(super) async fn read_range<RB: RangeBounds<u64> + Clone>(
     state: &Arc<Mutex<State>>,
     range: RB,
 ) -> Result<Vec<Entry>, StorageError<NodeId>> {
+    let mut tries = 0;
+    loop {
+        match read_range_once(state, range.clone()).await {
+            // Cut and replaced between the look at the index and the read of the file: the
+            // index now says where the entries that replaced them are.
+            Err(err) if err.kind() == io::ErrorKind::Interrupted && tries < RETRIES => tries += 1,
+            read => return read.map_err(|e| StorageIOError::read_logs(&e).into()),
+        }
+    }
+}
+
+async fn read_range_once<RB: RangeBounds<u64>>(
+    state: &Arc<Mutex<State>>,
+    range: RB,
+) -> io::Result<Vec<Entry>> {
     let (cached, wanted, file, base) = {
         let state = lock(state);
         let start = match range.start_bound() {
@@ -48,19 +66,48 @@ pub(super) async fn read_range<RB: RangeBounds<u64>>(
     if wanted.is_empty() {
         return Ok(cached);
     }
-    // Uncached entries are older than every cached one: they come first.
+    // Uncached entries are older than every cached one: they come first. A frame that reads
+    // back as another entry than its slot names was cut and written over after the look above
+    // (a frame of the same length can pass its CRC): never hand it out as the one asked for.
+    let looked_at = wanted.clone();
     let read = tokio::task::spawn_blocking(move || {
         wanted
             .iter()
-            .map(|slot| files::read_frame(&*file, slot.offset - base, slot.len))
+            .map(|slot| {
+                let entry = files::read_frame(&*file, slot.offset - base, slot.len)?;
+                if entry.log_id != slot.log_id {
+                    return Err(io::Error::new(
+                        io::ErrorKind::Interrupted,
+                        format!("log entry {} was replaced while it was read", slot.log_id),
+                    ));
+                }
+                Ok(entry)
+            })
             .collect::<io::Result<Vec<Entry>>>()
     })
     .await
-    .map_err(|e| StorageIOError::read_logs(&io::Error::other(e)))?
-    .map_err(|e| StorageIOError::read_logs(&e))?;
+    .map_err(io::Error::other)?;
+    let read = match read {
+        // A frame that does not check, where the index now names another entry or none: it was
+        // being written over.
+        Err(err) if err.kind() != io::ErrorKind::Interrupted && replaced(state, &looked_at) => {
+            Err(io::Error::new(io::ErrorKind::Interrupted, err))
+        }
+        read => read,
+    }?;
     let mut entries = read;
     entries.extend(cached);
     Ok(entries)
+}
+
+/// Whether any of `slots` is no longer where the index says its entry is.
+fn replaced(state: &Arc<Mutex<State>>, slots: &[Slot]) -> bool {
+    let state = lock(state);
+    slots.iter().any(|slot| {
+        state
+            .slot(slot.log_id.index)
+            .is_none_or(|now| now.log_id != slot.log_id || now.offset != slot.offset)
+    })
 }
 
 impl RaftLogReader<TypeConfig> for LogReader {

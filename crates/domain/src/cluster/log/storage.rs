@@ -41,9 +41,20 @@ impl RaftLogStorage<TypeConfig> for LogStore {
             })
     }
 
+    /// The vote as saved, but never committed: openraft makes a node whose committed vote
+    /// names itself leader again at once, in the same term. Its log may have lost, in the
+    /// crash, entries it had already sent to followers (they are sent before they are synced
+    /// here); leading on in that term, it would append other entries at their indexes, two
+    /// entries under one log id, which the followers take for the ones they hold. Read back
+    /// uncommitted, the vote still binds this node to its candidate in that term, and the node
+    /// starts as a follower: it leads again only after an election, in a later term.
     async fn read_vote(&mut self) -> Result<Option<Vote<NodeId>>, StorageError<NodeId>> {
-        files::read_small(&*self.files, &self.dir.join(VOTE))
-            .map_err(|e| StorageIOError::read_vote(&e).into())
+        let vote: Option<Vote<NodeId>> = files::read_small(&*self.files, &self.dir.join(VOTE))
+            .map_err(|e| StorageIOError::read_vote(&e))?;
+        Ok(vote.map(|vote| Vote {
+            committed: false,
+            ..vote
+        }))
     }
 
     async fn append<I>(
