@@ -96,7 +96,11 @@ impl RaftStateMachine<TypeConfig> for Machine {
                         Applying::Commit(proposal)
                     }
                 };
-                tracing::trace!(node, %log_id, commit = matches!(applied, Applying::Commit(_)), "applying an entry");
+                let digest = match &applied {
+                    Applying::Commit(proposal) => crc32fast::hash(&proposal.changes),
+                    _ => 0,
+                };
+                tracing::trace!(node, %log_id, commit = matches!(applied, Applying::Commit(_)), digest, "applying an entry");
                 let encoded = state.encode().map_err(|err| (log_id, err))?;
                 let result = match &applied {
                     Applying::Commit(proposal) => store.apply_entry(
