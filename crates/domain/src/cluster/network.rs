@@ -48,10 +48,9 @@ impl Network {
 
 /// How a node opens connections to the others: over TCP, or, in the cluster simulation, over
 /// its simulated network.
-#[derive(Clone, Default)]
+#[derive(Clone)]
 pub(crate) enum Dialer {
     /// The operating system's TCP.
-    #[default]
     Tcp,
     /// The simulated network of the cluster simulation.
     #[cfg(test)]
