@@ -27,7 +27,7 @@
 
 pub use tapedeck_core::{clock, error, id, metrics, status};
 pub use tapedeck_domain::{access, cluster, locator, recorder, tier, tls};
-pub use tapedeck_faces::{grpc, http};
+pub use tapedeck_faces::{grpc, http, readiness};
 pub use tapedeck_proto as pb;
 pub use tapedeck_store as store;
 

@@ -9,10 +9,16 @@ use tapedeck::config::OnConflict;
 use crate::args::serve::LogFormat;
 use crate::values::{Bytes, HttpListen, Period};
 
-/// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default `info`).
+/// The log filter without `RUST_LOG`: tapedeck's INFO, and none of openraft's lines, whose
+/// routine ones (struct dumps at INFO, a WARN at every start, an ERROR per RPC to a node that
+/// is down) would drown tapedeck's; the cluster logs what matters itself (a node that stops
+/// answering, once). `RUST_LOG=info,openraft=info` brings them back.
+pub(crate) const DEFAULT_FILTER: &str = "info,openraft=off";
+
+/// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]).
 pub(crate) fn init_tracing(format: LogFormat) {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         // Colour escapes only for a person at a terminal, never in a file or a pipe.

@@ -14,6 +14,7 @@ use crate::config::Config;
 use crate::error::{Error, Result};
 use crate::grpc::{self, Lifecycle};
 use crate::locator::Locator;
+use crate::readiness::Readiness;
 use crate::recorder::Recorder;
 use crate::recorder::sealer::SealerSettings;
 use crate::store::Store;
@@ -62,8 +63,8 @@ pub fn open_store(config: &Config) -> Result<Store> {
 }
 
 /// Serves tapedeck on `listener` (gRPC) and `http_listener` (the HTTP face, if given) with
-/// `store` until `shutdown` resolves. Then health reports
-/// NOT_SERVING, producers are told the server is shutting down (their recordings stay live,
+/// `store` until `shutdown` resolves. Then `/readyz` and gRPC health report the server not
+/// ready, producers are told the server is shutting down (their recordings stay live,
 /// detached, for them to resume after the restart), replays end, the commit pipeline drains
 /// and the database is closed; all within about twice `config.server.shutdown_timeout`.
 ///
@@ -116,6 +117,7 @@ pub async fn run(
         }
         None => None,
     };
+    let readiness = Readiness::default();
     let face = http_listener.is_some().then(|| {
         let cluster = cluster.as_ref().map(|served| served.cluster.clone());
         let bounds = config.http.bounds;
@@ -126,6 +128,10 @@ pub async fn run(
             config.http.path_prefix.clone(),
             cluster,
             locator.clone(),
+            crate::http::FaceHost {
+                readiness: readiness.clone(),
+                grpc_address: listener.local_addr().ok(),
+            },
         )
     });
     if let Some(served) = &cluster {
@@ -170,6 +176,12 @@ pub async fn run(
         cluster.as_ref().map(|served| &served.cluster),
     )
     .await?;
+    // Ready (or not, on a node of a cluster) before the first call is taken; kept so by a
+    // task until the shutdown begins.
+    let followed = cluster.as_ref().map(|served| served.cluster.clone());
+    readiness.update(followed.as_ref(), &health).await;
+    let shutting_down = tokio_util::sync::CancellationToken::new();
+    let following = tokio::spawn(readiness.follow(followed, health, shutting_down.clone()));
     let mut server = Server::builder()
         .initial_connection_window_size(HTTP2_CONNECTION_WINDOW_BYTES)
         .initial_stream_window_size(HTTP2_STREAM_WINDOW_BYTES);
@@ -179,7 +191,7 @@ pub async fn run(
             .map_err(|err| crate::tls::error(&err))?;
     }
 
-    // Shutdown order: health says NOT_SERVING, every producer is told to go (its recording
+    // Shutdown order: not ready (`/readyz`, gRPC health), every producer is told to go (its recording
     // stays live in the file), then replays and calls still waiting for a first message end;
     // only then does tonic stop and wait for the connections.
     let timeout = config.server.shutdown_timeout;
@@ -198,7 +210,9 @@ pub async fn run(
             None => shutdown.await,
         }
         tracing::info!("shutting down");
-        health.shutting_down().await;
+        // Not ready from now on: `/readyz` answers 503 and gRPC health NOT_SERVING.
+        shutting_down.cancel();
+        let _ = following.await;
         if tokio::time::timeout(timeout, draining.shutdown())
             .await
             .is_err()

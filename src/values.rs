@@ -37,7 +37,9 @@ pub(crate) fn parse_listen(text: &str) -> Result<SocketAddr, String> {
 pub(crate) fn parse_http_listen(text: &str) -> Result<HttpListen, String> {
     match text {
         "off" => Ok(HttpListen(None)),
-        text => parse_listen(text).map(|addr| HttpListen(Some(addr))),
+        text => parse_listen(text)
+            .map(|addr| HttpListen(Some(addr)))
+            .map_err(|err| format!("{err}; `off` turns the HTTP face off")),
     }
 }
 

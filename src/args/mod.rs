@@ -114,14 +114,34 @@ fn describe(err: &clap::Error, args: &[OsString]) -> String {
             format!("invalid value{value} for {named}: {reason}{other}")
         }
         _ => {
+            // clap's message up to its usage, on one line: what is wrong, the flags it names
+            // on the lines below (a missing one), and its tip (a similar flag to a typo).
             let text = err.to_string();
-            let first = text.lines().next().unwrap_or_default();
-            let first = first.trim_start_matches("error: ");
-            match setting.and_then(|s| Some(s.flag).zip(s.variable)) {
-                Some((flag, variable)) if !first.contains(&variable) => {
-                    format!("{first} ({flag} or {variable})")
+            let mut message = String::new();
+            let lines = text.lines().take_while(|line| !line.starts_with("Usage:"));
+            for line in lines.map(str::trim).filter(|line| !line.is_empty()) {
+                if !message.is_empty() {
+                    message.push_str(if message.ends_with(':') { " " } else { "; " });
                 }
-                _ => first.to_string(),
+                message.push_str(line);
+            }
+            let message = message.trim_start_matches("error: ");
+            let named = match (setting, err.get(ContextKind::InvalidArg)) {
+                (Some(setting), _) => vec![setting],
+                (None, Some(ContextValue::Strings(args))) => {
+                    args.iter().filter_map(|arg| Setting::find(arg)).collect()
+                }
+                _ => Vec::new(),
+            };
+            let variables: Vec<String> = named
+                .into_iter()
+                .filter_map(|s| Some(s.flag).zip(s.variable))
+                .filter(|(_, variable)| !message.contains(variable))
+                .map(|(flag, variable)| format!("{flag} or {variable}"))
+                .collect();
+            match variables.is_empty() {
+                true => message.to_string(),
+                false => format!("{message} ({})", variables.join("; ")),
             }
         }
     }

@@ -159,6 +159,15 @@ pub(crate) struct ServeArgs {
     /// on local disk. Default off.
     #[arg(long, env = "TAPEDECK_OBJECT_STORE")]
     pub(super) object_store: Option<String>,
+    /// With an `s3://` --object-store and no credentials in the environment, ask this
+    /// machine's instance metadata service (an EC2 instance role) for them. Default off: a
+    /// start without credentials is refused.
+    #[arg(
+        long,
+        env = "TAPEDECK_OBJECT_STORE_INSTANCE_CREDENTIALS",
+        requires = "object_store"
+    )]
+    pub(super) object_store_instance_credentials: bool,
     /// How long a sealed recording's chunks stay on local disk once its copy is verified
     /// (0s drops them at once). Default: its whole retention.
     #[arg(long, env = "TAPEDECK_LOCAL_RETENTION", value_parser = parse_duration,

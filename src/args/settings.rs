@@ -45,6 +45,8 @@ impl ServeArgs {
         check_locator_flags(&self)?;
         if let Some(url) = &self.object_store {
             tapedeck::tier::Tier::check_url(url).map_err(|err| err.to_string())?;
+            let instance = self.object_store_instance_credentials;
+            tapedeck::tier::Tier::check_credentials(url, instance).map_err(|e| e.to_string())?;
         }
         let cluster = match (self.node_id, self.cluster_listen, &self.cluster_peers) {
             (Some(node_id), Some(listen), Some(peers)) => {

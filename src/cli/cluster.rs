@@ -4,7 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 use serde_json::{Value, json};
-use tapedeck::pb::tapedeck::ClusterStatus;
+use tapedeck::pb::tapedeck::{ClusterStatus, NodeStatus};
 
 use super::escape;
 
@@ -32,6 +32,18 @@ pub(crate) fn status(status: &ClusterStatus, json: bool, out: &mut impl Write) -
             "rejoining: this node started with an empty log; it votes again once it has caught up"
         )?;
     }
+    match (status.progress_from, status.leader_id) {
+        (Some(from), _) if from == status.node_id => {}
+        (Some(from), _) => writeln!(
+            out,
+            "each node's progress as the leader, node {from}, sees it"
+        )?,
+        (None, Some(leader)) => writeln!(
+            out,
+            "each node's progress is unknown: the leader, node {leader}, did not answer this node"
+        )?,
+        (None, None) => writeln!(out, "each node's progress is unknown: no leader is known")?,
+    }
     writeln!(
         out,
         "{:>4}  {:<24}  {:>10}  {:>8}  HEALTH",
@@ -39,11 +51,7 @@ pub(crate) fn status(status: &ClusterStatus, json: bool, out: &mut impl Write) -
     )?;
     for node in &status.nodes {
         let known = |value: Option<u64>| value.map_or_else(|| "-".to_string(), |v| v.to_string());
-        let health = match (node.healthy, node.lag.is_some()) {
-            (true, _) => "healthy",
-            (false, true) => "behind or silent",
-            (false, false) => "unknown (ask the leader)",
-        };
+        let health = health(status, node);
         writeln!(
             out,
             "{:>4}  {:<24}  {:>10}  {:>8}  {health}",
@@ -54,6 +62,24 @@ pub(crate) fn status(status: &ClusterStatus, json: bool, out: &mut impl Write) -
         )?;
     }
     Ok(())
+}
+
+/// A node's health in words: why it is not healthy, when that is known.
+fn health(status: &ClusterStatus, node: &NodeStatus) -> String {
+    if status.progress_from.is_none() {
+        return "unknown".into();
+    }
+    if node.healthy {
+        return "healthy".into();
+    }
+    let silent = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    match (node.silent_ms, node.lag) {
+        _ if status.progress_from == Some(node.id) => "leading without a majority".into(),
+        (None, _) => "not answering (not once since the leader started)".into(),
+        (Some(ms), _) if ms > 1_000 => format!("not answering (silent for {})", silent(ms)),
+        (Some(_), Some(lag)) => format!("behind by {lag} entries"),
+        (Some(_), None) => "unknown".into(),
+    }
 }
 
 fn status_json(status: &ClusterStatus) -> Value {
@@ -67,6 +93,7 @@ fn status_json(status: &ClusterStatus) -> Value {
                 "matched_index": node.matched_index,
                 "lag": node.lag,
                 "healthy": node.healthy,
+                "silent_ms": node.silent_ms,
             })
         })
         .collect();
@@ -78,6 +105,7 @@ fn status_json(status: &ClusterStatus) -> Value {
         "last_log_index": status.last_log_index,
         "applied_index": status.applied_index,
         "rejoining": status.rejoining,
+        "progress_from": status.progress_from,
         "nodes": nodes,
     })
 }

@@ -156,15 +156,48 @@ impl ClientCommand {
 
 /// Runs `command` against the server it names; prints an error as one line.
 pub(crate) fn run(command: ClientCommand) -> ExitCode {
+    let key_with_name = command
+        .server()
+        .api_key
+        .as_deref()
+        .is_some_and(|key| key.contains('='));
     let outcome = tokio::runtime::Runtime::new()
         .context("starting the async runtime")
         .and_then(|runtime| runtime.block_on(execute(command)));
     match outcome {
         Ok(code) => code,
+        // The reader of its output went away (`tapedeck replay x | head`): quietly, with the
+        // status a process killed by SIGPIPE has, as `cat` would.
+        Err(err) if broken_pipe(&err) => ExitCode::from(128 + 13),
         Err(err) => {
-            eprintln!("tapedeck: error: {}", crate::one_line(&err));
+            let message = crate::one_line(&err);
+            eprintln!(
+                "tapedeck: error: {message}{}",
+                hint(&message, key_with_name)
+            );
             ExitCode::FAILURE
         }
+    }
+}
+
+/// Whether `err` comes from writing to a pipe whose reader has gone.
+fn broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}
+
+/// What to do about a refused credential, which the server's words cannot say: they name
+/// headers, and this client's flags differ from the server's.
+fn hint(message: &str, key_with_name: bool) -> &'static str {
+    if message.contains("missing credentials") {
+        "; give this command --api-key SECRET or --token GRANT (TAPEDECK_API_KEY, TAPEDECK_TOKEN)"
+    } else if message.contains("unknown API key") && key_with_name {
+        "; this command's --api-key takes the secret alone, not NAME=SECRET as the server's does"
+    } else {
+        ""
     }
 }
 
@@ -189,13 +222,18 @@ async fn execute(command: ClientCommand) -> Result<ExitCode> {
         } => replay(&client, &id, from, follow, chunked, &mut out).await?,
         ClientCommand::Ls { status, json, .. } => {
             let status = status.as_deref().map(output::parse_status).transpose()?;
-            let (recordings, unanswered) = list_all(&client, status).await?;
-            output::recordings(&recordings, json, &mut out)?;
-            if !unanswered.is_empty() {
-                // On stderr, so that the listing itself stays what a script parses.
+            let listed = list_all(&client, status).await?;
+            output::recordings(&listed.recordings, json, &mut out)?;
+            // On stderr, so that the listing itself stays what a script parses.
+            if !listed.unanswered.is_empty() {
                 eprintln!(
                     "tapedeck: no answer from the instances at {}; what they hold is missing above",
-                    unanswered.join(", ")
+                    listed.unanswered.join(", ")
+                );
+            }
+            if let Some(why) = listed.object_store_down {
+                eprintln!(
+                    "tapedeck: the object store did not answer ({why}); the recordings only it holds are missing above"
                 );
             }
         }
@@ -352,26 +390,43 @@ async fn replay(
 }
 
 /// Every page of the listing, and the instances that did not answer for some page.
-async fn list_all(
-    client: &Client,
-    status: Option<RecordingStatus>,
-) -> Result<(Vec<tapedeck::pb::tapedeck::Recording>, Vec<String>)> {
-    let mut all = Vec::new();
-    let mut unanswered: Vec<String> = Vec::new();
+/// Every recording the server lists, and what did not answer.
+struct Listed {
+    recordings: Vec<tapedeck::pb::tapedeck::Recording>,
+    /// Instances (with a locator) that did not answer.
+    unanswered: Vec<String>,
+    /// Why the object store's pages could not be read, if they could not: the local
+    /// recordings are listed all the same.
+    object_store_down: Option<String>,
+}
+
+async fn list_all(client: &Client, status: Option<RecordingStatus>) -> Result<Listed> {
+    let mut listed = Listed {
+        recordings: Vec::new(),
+        unanswered: Vec::new(),
+        object_store_down: None,
+    };
     let mut token = String::new();
     loop {
-        let page = client
-            .list(status, 1000, &token)
-            .await
-            .map_err(status_error)?;
-        all.extend(page.recordings);
+        let page = match client.list(status, 1000, &token).await {
+            Ok(page) => page,
+            Err(status)
+                if status.code() == tonic::Code::Unavailable
+                    && tapedeck::recorder::Listing::is_object_store_token(&token) =>
+            {
+                listed.object_store_down = Some(status.message().to_string());
+                return Ok(listed);
+            }
+            Err(status) => return Err(status_error(status)),
+        };
+        listed.recordings.extend(page.recordings);
         for address in page.unanswered_instances {
-            if !unanswered.contains(&address) {
-                unanswered.push(address);
+            if !listed.unanswered.contains(&address) {
+                listed.unanswered.push(address);
             }
         }
         if page.next_page_token.is_empty() {
-            return Ok((all, unanswered));
+            return Ok(listed);
         }
         token = page.next_page_token;
     }

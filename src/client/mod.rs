@@ -322,6 +322,14 @@ async fn open_channel(config: &ClientConfig, address: &str) -> Result<Channel, S
     let bad = |err: &dyn std::fmt::Display| {
         Status::invalid_argument(format!("`{address}` is not a server address: {err}"))
     };
+    // `9090` alone would be host 9090 on port 80, and the call would leave the machine.
+    let port = url
+        .parse::<tonic::codegen::http::Uri>()
+        .map_err(|e| bad(&e))?
+        .port_u16();
+    if port.is_none() && !address.contains("://") {
+        return Err(bad(&"it has no port; give host:port (e.g. 127.0.0.1:9090)"));
+    }
     let mut endpoint = Endpoint::from_shared(url)
         .map_err(|e| bad(&e))?
         .connect_timeout(config.connect_timeout)

@@ -79,6 +79,9 @@ try {
   } else if (mode === "access") {
     await tab.goto(`${base}/console/`)
     await tab.locator("#sign-in").waitFor({ state: "visible", timeout })
+    // What the first screen says besides asking for a credential, once its calls are answered.
+    await tab.waitForTimeout(500)
+    const firstError = (await tab.locator("#error").textContent()) ?? ""
     const anonymous = await tab.locator("table tr[data-id]").count()
     await tab.selectOption("#cred-kind", "grant")
     await tab.fill("#cred-value", arg)
@@ -87,7 +90,7 @@ try {
     await tab.locator("table tr[data-id]").first().waitFor({ timeout })
     const listed = await tab.locator("table tr[data-id]").evaluateAll((rows) => rows.map((r) => r.dataset.id))
     const url = tab.url()
-    console.log(JSON.stringify({ anonymous, listed, url }))
+    console.log(JSON.stringify({ anonymous, listed, url, firstError }))
   }
 } finally {
   await browser.close()

@@ -4,7 +4,9 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod dashboard;
 mod raft_log_suite;
+mod readiness;
 mod replication;
 mod replication_failing_disk;
 mod replication_http;

@@ -49,12 +49,74 @@ async fn the_leader_tells_each_nodes_progress() {
     for node in &status.nodes {
         assert!(node.matched_index.is_some(), "{node:?}");
     }
+    assert_eq!(status.progress_from, Some(leader));
+    for node in &status.nodes {
+        assert!(node.healthy, "{node:?}");
+    }
+    // A follower shows each node's progress as the leader sees it.
     let follower = *trio.nodes.keys().find(|id| **id != leader).unwrap();
     let seen = status_of(&trio.nodes[&follower]).await.unwrap();
     assert_eq!(
-        (seen.role.as_str(), seen.leader_id),
-        ("follower", Some(leader))
+        (seen.role.as_str(), seen.leader_id, seen.progress_from),
+        ("follower", Some(leader), Some(leader))
     );
+    assert!(
+        seen.nodes.iter().all(|node| node.matched_index.is_some()),
+        "{seen:?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_node_is_shown_not_answering_on_the_leader_and_its_followers() {
+    let mut trio = Trio::start(&[]);
+    let leader = trio.leader().await;
+    let others = trio.others(leader);
+    let (dead, alive) = (others[0], others[1]);
+    trio.kill(dead);
+    // Within a few heartbeats, with nothing new written (its lag stays small), the leader
+    // says it does not answer; the living follower says what the leader sees.
+    for asked in [leader, alive] {
+        let deadline = tokio::time::Instant::now() + WAIT;
+        loop {
+            let status = status_of(&trio.nodes[&asked]).await.unwrap();
+            let row = status.nodes.iter().find(|node| node.id == dead).unwrap();
+            if !row.healthy && row.silent_ms.is_some_and(|ms| ms >= 1_000) {
+                assert_eq!(status.progress_from, Some(leader), "{status:?}");
+                let others_healthy = status
+                    .nodes
+                    .iter()
+                    .filter(|node| node.id != dead)
+                    .all(|node| node.healthy);
+                assert!(others_healthy, "{status:?}");
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "node {asked} still shows node {dead} as {row:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
+    // And `tapedeck cluster status` says it in words.
+    let output = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args([
+            "cluster",
+            "status",
+            "--server",
+            &trio.grpc[&alive].to_string(),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8(output.stdout).unwrap();
+    assert!(
+        text.contains(&format!("as the leader, node {leader}, sees it")),
+        "{text}"
+    );
+    let dead_row = text
+        .lines()
+        .find(|line| line.trim_start().starts_with(&format!("{dead} ")))
+        .unwrap_or_else(|| panic!("no row for node {dead}: {text}"));
+    assert!(dead_row.contains("not answering (silent for"), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -127,6 +127,51 @@ fn an_address_that_is_not_one_is_refused() {
 }
 
 #[test]
+fn an_http_listen_that_is_not_an_address_suggests_off() {
+    assert_bad_setting(&["--http-listen", "no"], "--http-listen", "`off` turns");
+}
+
+#[test]
+fn a_cluster_without_a_node_id_names_the_missing_flag() {
+    assert_bad_setting(
+        &[
+            "--cluster-listen",
+            "127.0.0.1:0",
+            "--cluster-peers",
+            "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3",
+        ],
+        "--node-id",
+        "TAPEDECK_NODE_ID",
+    );
+}
+
+#[test]
+fn a_mistyped_flag_gets_the_similar_one_suggested() {
+    assert_bad_setting(&["--retenion", "1h"], "--retenion", "--retention");
+}
+
+#[test]
+fn node_zero_and_semicolons_in_the_peers_are_refused_saying_why() {
+    let peers = "1=127.0.0.1:1,2=127.0.0.1:2,3=127.0.0.1:3";
+    let cluster = |id: &'static str, peers: &'static str| {
+        [
+            "--node-id",
+            id,
+            "--cluster-listen",
+            "127.0.0.1:0",
+            "--cluster-peers",
+            peers,
+        ]
+    };
+    assert_bad_setting(&cluster("0", peers), "--node-id", "ids start at 1");
+    assert_bad_setting(
+        &cluster("1", "1=127.0.0.1:1;2=127.0.0.1:2;3=127.0.0.1:3"),
+        "--cluster-peers",
+        "`;` separates nothing here",
+    );
+}
+
+#[test]
 fn the_locator_needs_an_advertised_address_a_redis_url_and_says_which() {
     let redis = ["--redis-url", "redis://127.0.0.1:6379"];
     assert_bad_setting(&redis, "--advertised-address", "host:port");

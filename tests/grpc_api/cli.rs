@@ -251,8 +251,20 @@ fn ids_with_control_characters_are_printed_escaped() {
 fn client_errors_are_one_line_with_a_non_zero_exit() {
     let dir = tempfile::tempdir().unwrap();
     let server = BinaryServer::spawn(dir.path(), &["--api-key", "ops=s3cret-key-0123456789"]);
-    let cases: [(&[&str], &str); 4] = [
-        (&["inspect", "nobody"], "api key"),
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["inspect", "nobody"],
+            "give this command --api-key SECRET or --token",
+        ),
+        (
+            &[
+                "inspect",
+                "nobody",
+                "--api-key",
+                "ops=s3cret-key-0123456789",
+            ],
+            "--api-key takes the secret alone, not NAME=SECRET",
+        ),
         (&["ls", "--status", "sleeping"], "not a status"),
         (
             &["cancel", "nobody", "--api-key", "s3cret-key-0123456789"],
@@ -282,6 +294,62 @@ fn client_errors_are_one_line_with_a_non_zero_exit() {
     assert!(!unreachable.status.success());
     let stderr = String::from_utf8(unreachable.stderr).unwrap();
     assert!(stderr.contains("cannot connect to 127.0.0.1:1"), "{stderr}");
+}
+
+#[test]
+fn a_server_address_without_a_port_or_on_the_http_face_is_refused_saying_what_to_dial() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &["--http-listen", "127.0.0.1:0"]);
+    let http = server.http_addr.unwrap().to_string();
+    for (address, says) in [
+        ("9090", "has no port; give host:port".to_string()),
+        (
+            http.as_str(),
+            format!(
+                "this is tapedeck's HTTP face (Durable Streams); gRPC is served on {}",
+                server.addr
+            ),
+        ),
+    ] {
+        let output = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .args(["ls", "--server", address])
+            .output()
+            .unwrap();
+        assert!(!output.status.success(), "{address}");
+        let stderr = String::from_utf8(output.stderr).unwrap();
+        assert_eq!(stderr.lines().count(), 1, "{address}: {stderr}");
+        assert!(stderr.contains(&says), "{address}: {stderr}");
+    }
+}
+
+#[test]
+fn a_replay_into_a_pipe_nobody_reads_ends_quietly() {
+    use std::os::fd::FromRawFd;
+    let dir = tempfile::tempdir().unwrap();
+    let server = BinaryServer::spawn(dir.path(), &[]);
+    assert!(
+        tapedeck(&server, &["record", "piped"], "text")
+            .status
+            .success()
+    );
+    // A pipe whose reader is gone before the command writes (`tapedeck replay x | head`,
+    // once head has read its lines).
+    let mut ends = [0; 2];
+    assert_eq!(unsafe { libc::pipe(ends.as_mut_ptr()) }, 0);
+    unsafe { libc::close(ends[0]) };
+    let writer = unsafe { std::os::fd::OwnedFd::from_raw_fd(ends[1]) };
+    let output = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(["replay", "piped", "--server", &server.addr.to_string()])
+        .stdout(std::process::Stdio::from(writer))
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8(output.stderr).unwrap();
+    assert_eq!(stderr, "", "nothing said");
+    assert_eq!(
+        output.status.code(),
+        Some(141),
+        "as a process SIGPIPE killed"
+    );
 }
 
 #[test]

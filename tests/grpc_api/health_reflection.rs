@@ -34,6 +34,47 @@ async fn health_reports_every_service_serving() {
     server.stop().await;
 }
 
+/// What `GET {base}{path}` answers: its status, body and `Cache-Control`.
+async fn probe(base: &str, path: &str) -> (u16, String, String) {
+    let answer = reqwest::get(format!("{base}{path}")).await.unwrap();
+    let status = answer.status().as_u16();
+    let cache = answer
+        .headers()
+        .get("cache-control")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, answer.text().await.unwrap(), cache)
+}
+
+#[tokio::test]
+async fn the_http_probes_answer_with_no_credential_and_say_what_health_says() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    // Access control on: a probe carries no credential, and is answered all the same.
+    config.access = tapedeck::access::AccessConfig {
+        api_keys: vec![tapedeck::access::ApiKey::parse("agent=a-long-enough-secret").unwrap()],
+        ..Default::default()
+    };
+    let server = TestServer::start_with_http(config).await;
+    let base = format!("http://{}", server.http_addr.unwrap());
+    let healthz = probe(&base, "/healthz").await;
+    assert_eq!(healthz, (200, "ok\n".into(), "no-store".into()));
+    let readyz = probe(&base, "/readyz").await;
+    assert_eq!(readyz, (200, "ready\n".into(), "no-store".into()));
+    let mut health = HealthClient::new(channel(&server).await);
+    let request = HealthCheckRequest {
+        service: String::new(),
+    };
+    let status = health.check(request).await.unwrap().into_inner().status;
+    assert_eq!(status, 1, "SERVING, as /readyz says");
+    // The streams still want a credential.
+    let stream = reqwest::get(format!("{base}/v1/stream/probe"))
+        .await
+        .unwrap();
+    assert_eq!(stream.status().as_u16(), 401);
+    server.stop().await;
+}
+
 #[tokio::test]
 async fn health_turns_not_serving_as_shutdown_begins() {
     let dir = tempfile::tempdir().unwrap();

@@ -95,7 +95,11 @@ async fn serve(config: Config) -> (TestServer, Clients) {
 
 /// A server started with `config` on `store`, and clients of it.
 async fn serve_on(config: Config, store: Store) -> (TestServer, Clients) {
-    let server = TestServer::start_with_store(config, store).await;
+    clients_of(TestServer::start_with_store(config, store).await).await
+}
+
+/// `server`, and clients of it.
+async fn clients_of(server: TestServer) -> (TestServer, Clients) {
     let (current, legacy) = (server.recorder().await, server.resumer().await);
     let auth = MetadataMap::new();
     let clients = Clients {
@@ -863,7 +867,8 @@ async fn every_rpc_answers_while_the_server_shuts_down(api: Api) {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(dir.path());
     config.server.shutdown_timeout = Duration::from_secs(60); // the held producer decides
-    let (server, c) = serve(config.clone()).await;
+    let (server, c) = clients_of(TestServer::start_with_http(config.clone()).await).await;
+    let readyz = format!("http://{}/readyz", server.http_addr.unwrap());
     let case = "server shutting down";
     let row = |rpc| api.row(rpc, case);
     // First, while no other StreamResponseTokens call is counted.
@@ -886,6 +891,10 @@ async fn every_rpc_answers_while_the_server_shuts_down(api: Api) {
     let serving = health.clone().check(request).await.unwrap();
     let serving = serving.into_inner().status;
     assert_eq!(serving, ServingStatus::NotServing as i32, "health, {case}");
+    let ready = reqwest::get(&readyz).await.unwrap();
+    assert_eq!(ready.status().as_u16(), 503, "/readyz, {case}");
+    let why = ready.text().await.unwrap();
+    assert_eq!(why, "not ready: shutting down\n", "/readyz, {case}");
     assert!(c.is_enabled(api).await.unwrap(), "{}", row(Rpc::IsEnabled));
     // Recordings left detached for their producers stay live, to be resumed after a restart.
     let listed = c.check(api, &[b"kept", b"doomed", b"done"]).await.unwrap();

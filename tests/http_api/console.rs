@@ -146,6 +146,9 @@ async fn with_access_control_the_console_sees_only_what_the_credential_may() {
             .success()
     );
     assert_eq!(result["anonymous"], 0, "{result}");
+    // The first screen asks for a credential, and shows no error beside it (it once said
+    // "live updates stopped: … body stream already read").
+    assert_eq!(result["firstError"], "", "{result}");
     assert_eq!(
         result["listed"],
         serde_json::json!(["granted-1"]),

@@ -93,6 +93,7 @@ async fn writes_are_refused_with_503_once_shutdown_begins() {
         prefix,
         None,
         None,
+        tapedeck::http::FaceHost::default(),
     );
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();

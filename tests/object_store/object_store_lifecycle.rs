@@ -388,6 +388,27 @@ async fn a_recording_only_the_object_store_holds_is_unavailable_while_it_is_down
     // Its row is local: Get answers, and says where the bytes are.
     let row = a.get(id.as_bytes()).await.unwrap();
     assert_eq!(row.location, Location::ObjectStore as i32, "{row:?}");
+    // `tapedeck ls` lists what is local, and says what it could not reach.
+    let server = a.server.addr.to_string();
+    let ls = tokio::task::spawn_blocking(move || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+            .args(["ls", "--server", &server])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8(ls.stdout).unwrap(),
+        String::from_utf8(ls.stderr).unwrap(),
+    );
+    assert!(ls.status.success(), "{stderr}");
+    assert!(stdout.contains(id), "{stdout}");
+    assert!(
+        stderr.contains("the object store did not answer")
+            && stderr.contains("the recordings only it holds are missing above"),
+        "{stderr}"
+    );
 
     s3.restart();
     let replayed = replay_text(&recorder, id.as_bytes()).await.unwrap();
@@ -515,6 +536,32 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
 }
 
 // ---- Settings ------------------------------------------------------------------------------
+
+/// An `s3://` store with no credentials is refused at start-up, before the S3 client would
+/// ask the cloud's metadata address for them (`--object-store-instance-credentials` asks for
+/// that; not started here, as it would try to leave the machine).
+#[test]
+fn an_s3_store_without_credentials_is_refused_unless_instance_credentials_are_asked_for() {
+    let dir = TempDir::new().unwrap();
+    let data_dir = dir.path().join("data");
+    let args: Vec<&OsStr> = vec![
+        OsStr::new("--listen"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+        OsStr::new("--object-store"),
+        OsStr::new("s3://bucket/prefix"),
+    ];
+    let none = [("AWS_ACCESS_KEY_ID", ""), ("AWS_SECRET_ACCESS_KEY", "")];
+    let (status, stderr) = run_binary_to_exit_with_env(&args, &none);
+    assert_eq!(status.code(), Some(2), "{status}: {stderr}");
+    assert!(!data_dir.exists(), "the data dir was created");
+    assert_one_clear_line(
+        &stderr,
+        "no S3 credentials",
+        "--object-store-instance-credentials (TAPEDECK_OBJECT_STORE_INSTANCE_CREDENTIALS)",
+    );
+}
 
 /// A bad `--object-store` is refused as a bad command line (exit code 2, nothing created) with
 /// one line naming the flag and its variable, and saying what it takes; the AWS secret never

@@ -99,8 +99,12 @@ pub const CLUSTER_TERM: &str = "tapedeck_cluster_term";
 pub const CLUSTER_LAST_LOG_INDEX: &str = "tapedeck_cluster_last_log_index";
 /// Gauge.
 pub const CLUSTER_APPLIED_INDEX: &str = "tapedeck_cluster_applied_index";
+/// Gauge: 1 while this node leads, else 0.
+pub const CLUSTER_LEADING: &str = "tapedeck_cluster_leading";
 /// Gauge, by `node`; on the leader only.
 pub const CLUSTER_NODE_LAG: &str = "tapedeck_cluster_node_lag";
+/// Gauge, by `node`, 1 or 0; on the leader only.
+pub const CLUSTER_NODE_HEALTHY: &str = "tapedeck_cluster_node_healthy";
 
 /// Buckets of every `_seconds` histogram: 100 µs to 30 s.
 pub const SECONDS_BUCKETS: &[f64] = &[
@@ -112,8 +116,27 @@ pub const OPS_BUCKETS: &[f64] = &[
     1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 256.0, 512.0, 1024.0,
 ];
 
-/// Describes every metric to the installed recorder (help text and unit).
+/// Describes every metric to the installed recorder (help text and unit), and starts the
+/// counters that carry no label at 0: a dashboard's `rate()` of a counter that has not
+/// counted yet (no seal failed) shows 0, not "no data".
 pub fn describe() {
+    for counter in [
+        APPENDED_TOKENS,
+        APPENDED_BYTES,
+        COMMITS,
+        CHECKPOINTS,
+        SWEEPS,
+        SWEPT_RECORDINGS,
+        TOMBSTONES_FORGOTTEN,
+        DELETED_RECORDINGS,
+        SEALED_RECORDINGS,
+        SEALED_BYTES,
+        SEAL_FAILURES,
+        LOCAL_COPIES_DROPPED,
+        OBJECT_STORE_COLLECTED,
+    ] {
+        metrics::counter!(counter).increment(0);
+    }
     describe_counter!(GRPC_STARTED, "RPCs started on the server.");
     describe_counter!(GRPC_HANDLED, "RPCs completed on the server, by code.");
     describe_histogram!(
@@ -223,7 +246,15 @@ pub fn describe() {
         "The last entry applied to this node's database."
     );
     describe_gauge!(
+        CLUSTER_LEADING,
+        "1 while this node leads its cluster, else 0."
+    );
+    describe_gauge!(
         CLUSTER_NODE_LAG,
         "On the leader: entries each node is behind its log."
+    );
+    describe_gauge!(
+        CLUSTER_NODE_HEALTHY,
+        "On the leader: 1 while a node answers it and holds its log within 1,000 entries."
     );
 }

@@ -6,7 +6,9 @@
 //! - [`grpc`]: Memory Service's `ResponseRecorderService` and `ResponseResumerService`,
 //!   tapedeck's `tapedeck.v1.Recordings` and the cluster's status, assembled with health and
 //!   reflection by [`grpc::routes`].
-//! - [`http`]: the Durable Streams protocol, the console and the stop a browser sends.
+//! - [`http`]: the Durable Streams protocol, the console and the stop a browser sends, and the
+//!   probes (`/healthz`, `/readyz`).
+//! - [`readiness`]: whether the server takes traffic, which `/readyz` and gRPC health say.
 
 // The shared words and the domain, under the names the faces' modules use for them.
 use tapedeck_core::{Error, clock, error, id, metrics};
@@ -15,6 +17,7 @@ use tapedeck_proto as pb;
 
 pub mod grpc;
 pub mod http;
+pub mod readiness;
 
 #[cfg(test)]
 mod error_mapping_tests;

@@ -19,11 +19,15 @@
 //!   cluster formed or rejoined; `leadership`: leading, and the channel to the leader;
 //!   `proposer`: the store's commits proposed.
 //! - `rejoin`: a node that found its log empty votes again only once it has caught up.
-//! - `overview`: what a node knows of the cluster (`tapedeck cluster status`, the metrics).
+//! - `overview`: what a node knows of the cluster (`tapedeck cluster status`, the metrics),
+//!   on a follower with the leader's view of each node; `answers`: when each peer last
+//!   answered;
+//!   `readiness`: whether it is ready for traffic (`/readyz`, gRPC health).
 //! - `tls`: TLS between nodes, from the gRPC TLS settings.
 //! - `network`, `service`: openraft's RPCs between nodes, client and server side, over
 //!   tonic on `--cluster-listen`; `wire`: how they are encoded.
 //! - `settings`: `--node-id`, `--cluster-listen`, `--cluster-peers`, checked.
+mod answers;
 mod applied;
 mod ending;
 mod formation;
@@ -38,6 +42,7 @@ mod node;
 mod overview;
 mod produce;
 mod proposer;
+mod readiness;
 mod rejoin;
 mod relay;
 mod service;

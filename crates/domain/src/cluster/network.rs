@@ -15,6 +15,7 @@ use openraft::raft::{
 use serde::de::DeserializeOwned;
 use tonic::transport::{Channel, ClientTlsConfig, Endpoint};
 
+use super::answers::Answers;
 use super::types::{NodeId, TypeConfig};
 use super::wire;
 use crate::pb::cluster::Payload;
@@ -29,19 +30,23 @@ pub(crate) struct Network {
     peers: Arc<BTreeMap<NodeId, String>>,
     tls: Option<ClientTlsConfig>,
     dialer: Dialer,
+    answers: Answers,
 }
 
 impl Network {
-    /// Dials the nodes at `peers` with `dialer`, with `tls` if given.
+    /// Dials the nodes at `peers` with `dialer`, with `tls` if given; notes in `answers` when
+    /// each answers.
     pub(crate) fn new(
         peers: BTreeMap<NodeId, String>,
         tls: Option<ClientTlsConfig>,
         dialer: Dialer,
+        answers: Answers,
     ) -> Self {
         Self {
             peers: Arc::new(peers),
             tls,
             dialer,
+            answers,
         }
     }
 }
@@ -144,6 +149,7 @@ impl RaftNetworkFactory<TypeConfig> for Network {
         Peer {
             target,
             channel,
+            answers: self.answers.clone(),
             #[cfg(test)]
             dialer: self.dialer.clone(),
         }
@@ -155,6 +161,7 @@ pub(crate) struct Peer {
     target: NodeId,
     /// `Err` when the peer's address is not a URI (each RPC then fails as unreachable).
     channel: Result<Channel, tonic::transport::Error>,
+    answers: Answers,
     /// In the simulation, what says which RPCs arrive twice.
     #[cfg(test)]
     dialer: Dialer,
@@ -164,6 +171,12 @@ pub(crate) struct Peer {
 type Failure<E> = RPCError<NodeId, BasicNode, RaftError<NodeId, E>>;
 
 impl Peer {
+    /// Notes that the peer could not be reached (`why`), and says so to openraft.
+    fn unreachable<W: StdError + 'static, E: StdError>(&self, why: &W) -> Failure<E> {
+        self.answers.unreachable(self.target, why);
+        RPCError::Unreachable(Unreachable::new(why))
+    }
+
     /// Sends `request` to the peer's `call` within `option`'s hard limit; decodes the answer.
     async fn send<Req, Res, E, F, Fut>(
         &self,
@@ -202,13 +215,14 @@ impl Peer {
         }
         let answer = tokio::time::timeout(option.hard_ttl(), call(client, payload))
             .await
-            .map_err(|elapsed| RPCError::Unreachable(Unreachable::new(&elapsed)))?
+            .map_err(|elapsed| self.unreachable(&elapsed))?
             .map_err(|status| match status.code() {
                 tonic::Code::Unavailable | tonic::Code::Unknown | tonic::Code::Cancelled => {
-                    RPCError::Unreachable(Unreachable::new(&status))
+                    self.unreachable(&status)
                 }
                 _ => RPCError::Network(NetworkError::new(&status)),
             })?;
+        self.answers.heard(self.target);
         let result: Result<Res, RaftError<NodeId, E>> = wire::decode(answer.get_ref())
             .map_err(|err| RPCError::Network(NetworkError::new(&err)))?;
         result.map_err(|err| {

@@ -13,6 +13,7 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 
+use super::answers::Answers;
 use super::log::LogStore;
 use super::machine::Machine;
 use super::network::{Dialer, Network};
@@ -86,6 +87,10 @@ pub struct Cluster {
     pub(super) ready_to_lead: Arc<std::sync::atomic::AtomicBool>,
     /// Wakes after each of the store's commits that failed (see `on_each_lead`).
     pub(super) failed_commits: Option<tokio::sync::watch::Receiver<u64>>,
+    /// The leader's commit index in the first append heard (see `readiness`).
+    pub(super) first_commit_heard: super::readiness::FirstCommitHeard,
+    /// When each peer last answered this node.
+    pub(super) answers: Answers,
 }
 
 impl std::fmt::Debug for Cluster {
@@ -188,10 +193,12 @@ impl Cluster {
             })
         })?;
         let client_tls = super::tls::client(tls)?;
+        let answers = Answers::default();
         let network = Network::new(
             config.peers.clone(),
             client_tls.clone(),
             wiring.dialer.clone(),
+            answers.clone(),
         );
         let raft = Raft::new(config.node_id, Arc::new(raft_config), network, log, machine)
             .await
@@ -211,6 +218,8 @@ impl Cluster {
             rejoin: Arc::new(rejoin),
             ready_to_lead: Arc::default(),
             failed_commits: store.failed_commits(),
+            first_commit_heard: Default::default(),
+            answers,
         };
         cluster.propose_commits_of(store);
         recorder.end_on(Arc::new(super::ending::OnLeader {

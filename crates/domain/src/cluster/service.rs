@@ -82,7 +82,7 @@ impl Cluster for Service {
     ) -> std::result::Result<Response<Payload>, Status> {
         self.check(&request)?;
         relay(request, |rpc: AppendEntriesRequest<TypeConfig>| {
-            self.cluster.rejoin.heard(rpc.leader_commit);
+            self.cluster.heard_commit(rpc.leader_commit);
             self.raft.append_entries(rpc)
         })
         .await
@@ -165,6 +165,7 @@ impl Cluster for Service {
             index,
             empty,
             last_log_index,
+            peers: self.cluster.peers_progress(),
         }))
     }
 

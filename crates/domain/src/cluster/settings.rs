@@ -33,6 +33,13 @@ impl ClusterConfig {
     /// Fails with a message naming the flags when `peers` does not parse, names a node twice,
     /// has other than 3 or 5 voters, or leaves this node out.
     pub fn new(node_id: NodeId, listen: SocketAddr, peers: &str) -> Result<Self, String> {
+        if node_id == 0 {
+            return Err(
+                "--node-id (TAPEDECK_NODE_ID) 0 is not a node id: ids start at 1 \
+                 (the metrics say 0 for \"no leader\")"
+                    .into(),
+            );
+        }
         let peers = parse_peers(peers)?;
         if !VOTER_COUNTS.contains(&peers.len()) {
             return Err(format!(
@@ -69,6 +76,9 @@ fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
              ID=HOST:PORT, separated by commas, e.g. 1=10.0.0.1:7070,2=10.0.0.2:7070,3=10.0.0.3:7070"
         ))
     };
+    if text.contains(';') {
+        return refused("`;` separates nothing here".into());
+    }
     let mut peers = BTreeMap::new();
     for item in text
         .split(',')
@@ -81,6 +91,9 @@ fn parse_peers(text: &str) -> Result<BTreeMap<NodeId, String>, String> {
         let Ok(id) = id.trim().parse::<NodeId>() else {
             return refused(format!("`{id}` is not a node id (a whole number)"));
         };
+        if id == 0 {
+            return refused("node ids start at 1".into());
+        }
         let addr = addr.trim();
         let port = addr
             .rsplit_once(':')
@@ -124,6 +137,23 @@ mod tests {
                 "{err}"
             );
         }
+    }
+
+    #[test]
+    fn semicolons_and_node_zero_are_refused_saying_why() {
+        let semicolons = ClusterConfig::new(1, listen(), "1=a:1;2=b:2;3=c:3").unwrap_err();
+        assert!(
+            semicolons.contains("`;` separates nothing here"),
+            "{semicolons}"
+        );
+        assert!(semicolons.contains("separated by commas"), "{semicolons}");
+        let zero = ClusterConfig::new(0, listen(), "0=a:1,2=b:2,3=c:3").unwrap_err();
+        assert!(
+            zero.contains("--node-id (TAPEDECK_NODE_ID) 0 is not a node id"),
+            "{zero}"
+        );
+        let peer_zero = ClusterConfig::new(2, listen(), "0=a:1,2=b:2,3=c:3").unwrap_err();
+        assert!(peer_zero.contains("node ids start at 1"), "{peer_zero}");
     }
 
     #[test]

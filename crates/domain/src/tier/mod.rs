@@ -73,6 +73,37 @@ impl Tier {
         Target::parse(url).map(drop)
     }
 
+    /// Checks that an `s3://` store at `url` has credentials to sign with: an access key
+    /// (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`), a web identity's or a container role's
+    /// variables, or unsigned requests (`AWS_SKIP_SIGNATURE=true`); or that the machine's
+    /// instance role may be asked (`instance_credentials`). Without any of them, the S3 client
+    /// asks the cloud's metadata address (169.254.169.254), which off a cloud machine only
+    /// times out, request after request.
+    ///
+    /// Fails with `ObjectStoreSetting` saying what to set (never a value).
+    pub fn check_credentials(url: &str, instance_credentials: bool) -> Result<()> {
+        let (Target::S3 { .. }, _) = Target::parse(url)? else {
+            return Ok(());
+        };
+        let set = |name: &str| std::env::var_os(name).is_some_and(|value| !value.is_empty());
+        let signed = set("AWS_ACCESS_KEY_ID") && set("AWS_SECRET_ACCESS_KEY");
+        let role = set("AWS_WEB_IDENTITY_TOKEN_FILE")
+            || set("AWS_CONTAINER_CREDENTIALS_RELATIVE_URI")
+            || set("AWS_CONTAINER_CREDENTIALS_FULL_URI");
+        let unsigned = std::env::var("AWS_SKIP_SIGNATURE").is_ok_and(|v| v == "true");
+        if signed || role || unsigned || instance_credentials {
+            return Ok(());
+        }
+        Err(Error::Setup(crate::error::Setup::ObjectStoreSetting {
+            reason: "no S3 credentials: set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or \
+                     run with a web identity or container role, or pass \
+                     --object-store-instance-credentials \
+                     (TAPEDECK_OBJECT_STORE_INSTANCE_CREDENTIALS) to ask this machine's \
+                     instance metadata service"
+                .into(),
+        }))
+    }
+
     /// The tier at `url`: `s3://BUCKET/PREFIX` (credentials, region and endpoint from the
     /// standard `AWS_*` variables) or `file:///PATH`.
     ///

@@ -34,7 +34,7 @@ impl cluster_server::Cluster for ClusterService {
                  and --cluster-peers",
             ));
         };
-        let status = cluster.status();
+        let status = cluster.status_as_the_leader_sees_it().await;
         Ok(Response::new(ClusterStatus {
             node_id: status.node_id,
             leader_id: status.leader_id,
@@ -43,6 +43,7 @@ impl cluster_server::Cluster for ClusterService {
             last_log_index: status.last_log_index,
             applied_index: status.applied_index,
             rejoining: status.rejoining,
+            progress_from: status.progress_from,
             nodes: status
                 .nodes
                 .into_iter()
@@ -52,6 +53,7 @@ impl cluster_server::Cluster for ClusterService {
                     matched_index: node.matched_index,
                     lag: node.lag,
                     healthy: node.healthy,
+                    silent_ms: node.silent_ms,
                 })
                 .collect(),
         }))

@@ -2,6 +2,7 @@
 //! recorder, sharing the server's task owner and shutdown signal.
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+use tonic::server::NamedService;
 use tonic::service::Routes;
 use tonic_health::ServingStatus;
 use tonic_health::server::HealthReporter;
@@ -39,20 +40,33 @@ pub struct Health {
 }
 
 impl Health {
-    /// Reports every service as NOT_SERVING: load balancers stop sending new calls.
-    pub async fn shutting_down(&self) {
+    /// Reports the server and every service as SERVING, or NOT_SERVING (load balancers stop
+    /// sending new calls); as [`Readiness`](crate::readiness::Readiness) decides.
+    pub async fn set_serving(&self, serving: bool) {
         let reporter = &self.reporter;
+        let status = if serving {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        reporter.set_service_status("", status).await;
         reporter
-            .set_service_status("", ServingStatus::NotServing)
+            .set_service_status(
+                <ResponseRecorderServiceServer<RecorderService> as NamedService>::NAME,
+                status,
+            )
             .await;
         reporter
-            .set_not_serving::<ResponseRecorderServiceServer<RecorderService>>()
+            .set_service_status(
+                <ResponseResumerServiceServer<ResumerService> as NamedService>::NAME,
+                status,
+            )
             .await;
         reporter
-            .set_not_serving::<ResponseResumerServiceServer<ResumerService>>()
-            .await;
-        reporter
-            .set_not_serving::<RecordingsServer<RecordingsService>>()
+            .set_service_status(
+                <RecordingsServer<RecordingsService> as NamedService>::NAME,
+                status,
+            )
             .await;
     }
 }
@@ -60,7 +74,7 @@ impl Health {
 /// The gRPC services over `recorder`: the current and the legacy Memory Service APIs,
 /// tapedeck's management API (`tapedeck.v1.Recordings`), a cluster node's status
 /// (`tapedeck.v1.Cluster`), health
-/// (everything SERVING) and reflection (v1 and v1alpha), both open to anyone; the two APIs
+/// (NOT_SERVING until [`Health::set_serving`]) and reflection (v1 and v1alpha), both open to anyone; the two APIs
 /// check each call's credentials with `guard` and, with a `locator`, send calls about
 /// recordings other instances hold there. Requests may carry a chunk of up to
 /// `max_chunk_bytes`.
@@ -78,15 +92,9 @@ pub async fn routes(
         .saturating_add(MESSAGE_OVERHEAD_BYTES)
         .max(MIN_MESSAGE_BYTES);
     let (reporter, health_service) = tonic_health::server::health_reporter();
-    reporter
-        .set_serving::<ResponseRecorderServiceServer<RecorderService>>()
-        .await;
-    reporter
-        .set_serving::<ResponseResumerServiceServer<ResumerService>>()
-        .await;
-    reporter
-        .set_serving::<RecordingsServer<RecordingsService>>()
-        .await;
+    // NOT_SERVING until the readiness says otherwise (the server sets it before it listens).
+    let health = Health { reporter };
+    health.set_serving(false).await;
     // Both reflection versions: grpcurl and other tools differ in which one they ask for.
     let reflection = || {
         tonic_reflection::server::Builder::configure()
@@ -120,5 +128,5 @@ pub async fn routes(
             cluster.cloned(),
             guard.clone(),
         )));
-    Ok((routes, Health { reporter }))
+    Ok((routes, health))
 }

@@ -22,6 +22,7 @@
 //! - `owner`: Get, cancel and delete made where a recording is held.
 //! - `console`: the operators' page at `/console/`, and the JSON it reads.
 //! - `stop`: `POST /v1/stop/{path}`, a reader's stop button (cancel) outside the protocol.
+//! - `probes`: `GET /healthz` and `GET /readyz`.
 //! - `telemetry`: a log line and metrics per request, and per SSE or long-poll reader.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
@@ -38,6 +39,7 @@ mod json;
 mod offset;
 mod owner;
 mod prefix;
+mod probes;
 mod read;
 mod read_room;
 mod reply;
@@ -57,6 +59,7 @@ use crate::access::Guard;
 use crate::cluster::Cluster;
 use crate::error::{Error, Result};
 use crate::locator::Locator;
+use crate::readiness::Readiness;
 use crate::recorder::Recorder;
 use crate::recorder::streams::Streams;
 
@@ -93,12 +96,23 @@ pub struct HttpFace {
     passing: elsewhere::Passing,
     /// The budget for large catch-up responses.
     read_room: read_room::CatchUpBudget,
+    /// What the server around the face tells it.
+    host: FaceHost,
+}
+
+/// What the server around the HTTP face tells it.
+#[derive(Clone, Debug, Default)]
+pub struct FaceHost {
+    /// Whether the server takes traffic (`/readyz`).
+    pub readiness: Readiness,
+    /// Where the server's gRPC listens: named to a gRPC client that dialled this face.
+    pub grpc_address: Option<std::net::SocketAddr>,
 }
 
 impl HttpFace {
     /// A face over `recorder`, admitting the callers `guard` does, within `bounds`, serving
     /// streams under `prefix`; on a node of `cluster`, if given; passing requests about
-    /// streams other instances hold to them, with a `locator`.
+    /// streams other instances hold to them, with a `locator`; in the server `host` describes.
     pub fn new(
         recorder: Recorder,
         guard: Guard,
@@ -106,6 +120,7 @@ impl HttpFace {
         prefix: StreamPrefix,
         cluster: Option<Cluster>,
         locator: Option<Locator>,
+        host: FaceHost,
     ) -> Arc<Self> {
         Arc::new(Self {
             streams: Arc::new(Streams::new(recorder.clone())),
@@ -118,6 +133,7 @@ impl HttpFace {
             locator,
             passing: elsewhere::passing(),
             read_room: Default::default(),
+            host,
         })
     }
 

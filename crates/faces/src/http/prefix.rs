@@ -11,7 +11,7 @@ pub struct StreamPrefix(String);
 pub const DEFAULT_STREAM_PREFIX: &str = "/v1/stream";
 
 /// Paths the face serves itself, which no prefix may take.
-const TAKEN: [&str; 2] = ["/console", "/v1/stop"];
+const TAKEN: [&str; 4] = ["/console", "/v1/stop", "/healthz", "/readyz"];
 
 impl StreamPrefix {
     /// `text` as a prefix: it starts with `/`, has at least one segment, does not end with

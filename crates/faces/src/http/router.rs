@@ -1,16 +1,17 @@
-//! The face's routes (the streams under the prefix, the stop route, the console), and the
+//! The face's routes (the streams under the prefix, the stop route, the console, the probes),
+//! and the
 //! layers every response passes through: CORS, security headers, the body limit, telemetry.
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::State;
+use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
 use super::dispatch::dispatch;
 use super::reply::{self, Reply};
-use super::{HttpFace, MAX_BODY_BYTES, console, stop, telemetry};
+use super::{HttpFace, MAX_BODY_BYTES, console, probes, stop, telemetry};
 
 /// The face's routes, without the layers every response passes through.
 pub(super) fn routes(face: Arc<HttpFace>) -> Router {
@@ -18,6 +19,8 @@ pub(super) fn routes(face: Arc<HttpFace>) -> Router {
     Router::new()
         .route(&streams, axum::routing::any(dispatch))
         .route("/v1/stop/{*path}", axum::routing::post(stop::stop))
+        .route("/healthz", axum::routing::get(probes::healthz))
+        .route("/readyz", axum::routing::get(probes::readyz))
         .merge(console::routes(&face.prefix))
         .fallback(not_a_stream)
         .with_state(face)
@@ -69,10 +72,39 @@ async fn security_headers(mut response: Response) -> Response {
     response
 }
 
-async fn not_a_stream(State(face): State<Arc<HttpFace>>) -> Response {
+async fn not_a_stream(State(face): State<Arc<HttpFace>>, request: Request) -> Response {
+    let grpc = request
+        .headers()
+        .get(http::header::CONTENT_TYPE)
+        .is_some_and(|kind| kind.as_bytes().starts_with(b"application/grpc"));
+    if grpc {
+        return not_grpc(&face);
+    }
     Reply::refuse(
         StatusCode::NOT_FOUND,
         format!("streams are served under {}/{{path}}", face.prefix),
     )
     .into_response()
+}
+
+/// A gRPC call dialled at this face (`tapedeck --server` given the HTTP port): answered as
+/// gRPC answers, so that the client shows what to dial instead.
+fn not_grpc(face: &HttpFace) -> Response {
+    let instead = match face.host.grpc_address {
+        Some(addr) => format!("gRPC is served on {addr}"),
+        None => "gRPC is served on the server's --listen address".into(),
+    };
+    let message = format!("this is tapedeck's HTTP face (Durable Streams); {instead}");
+    let mut response = StatusCode::OK.into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        HeaderValue::from_static("application/grpc"),
+    );
+    // UNIMPLEMENTED, in a trailers-only answer; the message is ASCII (a socket address).
+    headers.insert("grpc-status", HeaderValue::from_static("12"));
+    if let Ok(message) = HeaderValue::from_str(&message) {
+        headers.insert("grpc-message", message);
+    }
+    response
 }

@@ -25,20 +25,28 @@ function authHeaders() {
 /** fetch with the tab's credential; a 401 asks for one. */
 async function call(url, options = {}) {
   const response = await fetch(url, { ...options, headers: { ...authHeaders(), ...(options.headers ?? {}) } })
-  if (response.status === 401) askCredential(await response.text())
+  // Read from a copy: the caller reads the body too.
+  if (response.status === 401) askCredential(await response.clone().text())
   return response
+}
+
+/** The error of a refused call; a 401's has asked for a credential already, and is not shown. */
+async function refusal(response) {
+  const err = new Error(`${response.status}: ${(await response.text()).trim()}`)
+  err.unauthorized = response.status === 401
+  return err
 }
 
 async function json(url, options) {
   const response = await call(url, options)
-  if (!response.ok) throw new Error(`${response.status}: ${(await response.text()).trim()}`)
+  if (!response.ok) throw await refusal(response)
   return response.json()
 }
 
 /** Reads an SSE response with fetch (so headers carry the credential); calls onEvent(name, data). */
 async function followEvents(url, onEvent, signal) {
   const response = await call(url, { signal })
-  if (!response.ok) throw new Error(`${response.status}: ${(await response.text()).trim()}`)
+  if (!response.ok) throw await refusal(response)
   const encoding = response.headers.get("stream-sse-data-encoding")
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
   let buffer = ""
@@ -197,7 +205,7 @@ function showList(view, signal) {
         next.disabled = !nextToken
         where.textContent = `page ${listState.tokens.length}`
       } catch (err) {
-        if (!signal.aborted) showError(String(err.message ?? err))
+        if (!signal.aborted && !err.unauthorized) showError(String(err.message ?? err))
       }
     }, 50)
   }
@@ -207,7 +215,7 @@ function showList(view, signal) {
   next.addEventListener("click", () => { if (nextToken) { listState.tokens.push(nextToken); refresh() } })
   // The list follows the server's changes: fetched again when recordings start, end or grow.
   followEvents(`${API}/changes`, () => refresh(), signal).catch((err) => {
-    if (!signal.aborted) showError(`live updates stopped: ${err.message ?? err}`)
+    if (!signal.aborted && !err.unauthorized) showError(`live updates stopped: ${err.message ?? err}`)
   })
 }
 
@@ -277,7 +285,7 @@ async function showRecording(view, id, signal) {
   try {
     found = await json(`${API}/recordings/${streamPath(id)}`)
   } catch (err) {
-    showError(String(err.message ?? err))
+    if (!err.unauthorized) showError(String(err.message ?? err))
     return
   }
   if (found.tombstone) {
@@ -323,7 +331,12 @@ async function showRecording(view, id, signal) {
     let next = offset
     const url = `${STREAMS}/${streamPath(id)}?offset=${encodeURIComponent(offset)}&live=sse`
     followEvents(url, (name, data, encoding) => {
-      if (name === "data") content.append(shown(data, encoding, state.row.content_type))
+      if (name === "data") {
+        // Kept at its end while new content comes, unless the reader scrolled up.
+        const atEnd = content.scrollHeight - content.scrollTop - content.clientHeight < 8
+        content.append(shown(data, encoding, state.row.content_type))
+        if (atEnd) content.scrollTop = content.scrollHeight
+      }
       if (name === "control") {
         const control = JSON.parse(data)
         next = control.streamNextOffset
@@ -339,7 +352,7 @@ async function showRecording(view, id, signal) {
     }, mine.signal).then(() => {
       if (!mine.signal.aborted) follow(next, false)
     }).catch((err) => {
-      if (!mine.signal.aborted) showError(`reading stopped: ${err.message ?? err}`)
+      if (!mine.signal.aborted && !err.unauthorized) showError(`reading stopped: ${err.message ?? err}`)
     })
   }
   const refreshRow = async () => {
@@ -348,7 +361,7 @@ async function showRecording(view, id, signal) {
       if (again.recording) { state.row = again.recording; render() }
       if (again.tombstone) route()
     } catch (err) {
-      if (!signal.aborted) showError(String(err.message ?? err))
+      if (!signal.aborted && !err.unauthorized) showError(String(err.message ?? err))
     }
   }
   replay.addEventListener("click", () => follow(from.value.trim() || "-1"))
@@ -401,6 +414,21 @@ function parseMetrics(text) {
   return samples
 }
 
+// Each node the leader reports on, in id order: its lag and its health, from the samples
+// `tapedeck_cluster_node_lag{node="3"}` and `tapedeck_cluster_node_healthy{node="3"}`.
+function clusterNodes(samples) {
+  const nodes = new Map()
+  for (const [key, value] of samples) {
+    const found = /^tapedeck_cluster_node_(lag|healthy)\{node="(\d+)"\}$/.exec(key)
+    if (!found) continue
+    const node = nodes.get(found[2]) ?? { id: Number(found[2]), lag: 0, healthy: undefined }
+    if (found[1] === "lag") node.lag = value
+    else node.healthy = value === 1
+    nodes.set(found[2], node)
+  }
+  return [...nodes.values()].sort((a, b) => a.id - b.id)
+}
+
 function sum(samples, name) {
   let total = 0
   for (const [key, value] of samples) if (key === name || key.startsWith(`${name}{`)) total += value
@@ -413,11 +441,11 @@ async function showOverview(view, signal) {
   const cards = el("div", undefined, "cards")
   const chart = document.createElementNS("http://www.w3.org/2000/svg", "svg")
   chart.setAttribute("class", "chart")
-  chart.setAttribute("width", "600")
-  chart.setAttribute("height", "120")
+  chart.setAttribute("width", String(CHART.width))
+  chart.setAttribute("height", String(CHART.height))
   const legend = el("p")
-  legend.append(el("span", "tokens/s", "legend-tokens"), " and ", el("span", "bytes/s (scaled)", "legend-bytes"),
-    ", the last 5 minutes this page has seen")
+  legend.append(el("span", "tokens/s (left axis)", "legend-tokens"), " and ",
+    el("span", "bytes/s (right axis)", "legend-bytes"), ", the last 5 minutes this page has seen")
   const instances = el("section")
   view.append(cards, el("h2", "Throughput"), legend, chart, instances)
   const tick = async () => {
@@ -425,7 +453,7 @@ async function showOverview(view, signal) {
     try {
       overview = await json(`${API}/overview`)
     } catch (err) {
-      showError(String(err.message ?? err))
+      if (!err.unauthorized) showError(String(err.message ?? err))
       return
     }
     const samples = parseMetrics(overview.metrics)
@@ -443,7 +471,7 @@ async function showOverview(view, signal) {
     cards.replaceChildren(
       card("live recordings", overview.live),
       card("tokens/s", rate("tokens").toFixed(0)),
-      card("bytes/s", bytes(Math.round(rate("bytes")))),
+      card("bytes/s", `${bytes(Math.round(rate("bytes")))}/s`),
       card("commit fsync (mean, last 2 s)", fsync),
       card("database file", bytes(sum(samples, "tapedeck_database_file_bytes"))),
       card("disk", overview.disk_full ? "FULL: recordings refused" : "ok"),
@@ -456,10 +484,13 @@ async function showOverview(view, signal) {
         instances.append(el("p", `${instance.address}${instance.here ? " (this one)" : ""}: running`))
       }
     }
-    const nodes = [...samples].filter(([key]) => key.startsWith("tapedeck_cluster_node_lag{"))
+    const nodes = clusterNodes(samples)
     if (nodes.length) {
-      instances.append(el("h2", `Cluster nodes (leader: ${sum(samples, "tapedeck_cluster_leader")})`))
-      for (const [key, lag] of nodes) instances.append(el("p", `${key.slice(key.indexOf("{"))}: ${lag} entries behind`))
+      instances.append(el("h2", `Cluster nodes (leader: node ${sum(samples, "tapedeck_cluster_leader")})`))
+      for (const { id, lag, healthy } of nodes) {
+        const health = healthy === undefined ? "health unknown" : healthy ? "healthy" : "NOT HEALTHY (silent or far behind)"
+        instances.append(el("p", `node ${id}: ${health}, ${lag} entries behind`))
+      }
     }
   }
   await tick()
@@ -473,21 +504,60 @@ function card(name, value) {
   return node
 }
 
+// The throughput chart's size, its margins (for the axes' labels) and the time it spans.
+const CHART = { width: 640, height: 170, left: 72, right: 84, top: 10, bottom: 26, spanMs: 300000 }
+
 function drawChart(chart) {
   chart.replaceChildren()
+  const svg = (name, attributes, text) => {
+    const node = document.createElementNS("http://www.w3.org/2000/svg", name)
+    for (const [key, value] of Object.entries(attributes)) node.setAttribute(key, String(value))
+    if (text !== undefined) node.textContent = text
+    chart.append(node)
+    return node
+  }
+  const { width, height, left, right, top, bottom, spanMs } = CHART
+  const plotWidth = width - left - right
+  const plotHeight = height - top - bottom
+  const base = top + plotHeight
+  const now = Date.now()
   const rates = history.slice(1).map((point, i) => {
     const previous = history[i]
     const seconds = (point.at - previous.at) / 1000
-    return { tokens: (point.tokens - previous.tokens) / seconds, bytes: (point.bytes - previous.bytes) / seconds }
+    return {
+      at: point.at,
+      tokens: (point.tokens - previous.tokens) / seconds,
+      bytes: (point.bytes - previous.bytes) / seconds,
+    }
   })
-  for (const field of ["tokens", "bytes"]) {
-    const top = Math.max(1, ...rates.map((r) => r[field]))
-    const points = rates.map((r, i) => `${(i * 600) / 150},${115 - (r[field] / top) * 110}`).join(" ")
-    const line = document.createElementNS("http://www.w3.org/2000/svg", "polyline")
-    line.setAttribute("class", field)
-    line.setAttribute("points", points)
-    chart.append(line)
+  const x = (at) => left + plotWidth * Math.max(0, 1 - (now - at) / spanMs)
+  svg("line", { x1: left, y1: base, x2: left + plotWidth, y2: base, class: "axis" })
+  for (const [minutes, anchor] of [[5, "start"], [4, "middle"], [3, "middle"], [2, "middle"], [1, "middle"], [0, "end"]]) {
+    const at = left + plotWidth * (1 - minutes / 5)
+    svg("line", { x1: at, y1: base, x2: at, y2: base + 4, class: "axis" })
+    svg("text", { x: at, y: height - 6, "text-anchor": anchor, class: "tick" }, minutes ? `${minutes} min ago` : "now")
   }
+  const scales = [
+    { field: "tokens", axis: left, anchor: "end", offset: -6, label: (v) => `${Math.round(v)} tok/s` },
+    { field: "bytes", axis: left + plotWidth, anchor: "start", offset: 6, label: (v) => `${bytes(Math.round(v))}/s` },
+  ]
+  for (const { field, axis, anchor, offset, label } of scales) {
+    const most = niceCeiling(Math.max(0, ...rates.map((r) => r[field])))
+    svg("line", { x1: axis, y1: top, x2: axis, y2: base, class: `axis ${field}-axis` })
+    for (const share of [0, 0.5, 1]) {
+      const y = base - share * plotHeight
+      svg("text", { x: axis + offset, y: y + 4, "text-anchor": anchor, class: `tick ${field}-tick` }, label(most * share))
+    }
+    const points = rates.map((r) => `${x(r.at).toFixed(1)},${(base - (r[field] / most) * plotHeight).toFixed(1)}`)
+    svg("polyline", { class: field, points: points.join(" ") })
+  }
+}
+
+// The smallest of 1, 2 or 5 times a power of ten at or above `n` (and at least 1): an axis's top.
+function niceCeiling(n) {
+  if (n <= 1) return 1
+  const power = 10 ** Math.floor(Math.log10(n))
+  return [1, 2, 5, 10].map((m) => m * power).find((top) => top >= n)
 }
 
 showWho()
