@@ -25,7 +25,7 @@
 //! publishes it back to the recorder's live recording, whose replays send it on. See
 //! `ARCHITECTURE.md` for more.
 
-pub use tapedeck_core::{clock, error, id, metrics, status};
+pub use tapedeck_core::{clock, error, id, metrics, status, trace_context};
 pub use tapedeck_domain::{access, cluster, locator, recorder, tier, tls};
 pub use tapedeck_faces::{grpc, http, readiness};
 pub use tapedeck_proto as pb;

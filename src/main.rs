@@ -5,11 +5,13 @@
 //! - `args/`: the commands and their flags, checked and turned into a `Config`.
 //! - `cli/`: the client commands, `token`, and the offline `db` tools.
 //! - `values.rs`: the values flags take (durations, sizes, addresses, grants), for both.
-//! - `observe.rs`: the log subscriber, the start-up configuration line, the metrics exporter.
+//! - `observe.rs`: the log subscriber, the start-up configuration line, the metrics exporter;
+//!   `traces.rs`: traces over OTLP (the `otlp` feature).
 
 use std::net::SocketAddr;
 use std::process::ExitCode;
 
+use anyhow::Context;
 use args::{Command, Refusal};
 use tapedeck::Config;
 
@@ -21,6 +23,8 @@ static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 mod args;
 mod cli;
 mod observe;
+#[cfg(feature = "otlp")]
+mod traces;
 mod values;
 
 fn main() -> ExitCode {
@@ -43,8 +47,19 @@ fn main() -> ExitCode {
         Ok(settings) => settings,
         Err(message) => return args::usage_error(&message),
     };
-    observe::init_tracing(settings.log_format);
-    match serve(settings.config, settings.metrics_listen) {
+    let served = tokio::runtime::Runtime::new()
+        .context("starting the async runtime")
+        .and_then(|runtime| {
+            // The trace exporter is built inside the runtime, and flushed once serving ends.
+            let exporting = {
+                let _inside = runtime.enter();
+                observe::init_tracing(settings.log_format)?
+            };
+            let served = serve(&runtime, settings.config, settings.metrics_listen);
+            drop(exporting);
+            served
+        });
+    match served {
         Ok(()) => ExitCode::SUCCESS,
         Err(err) => {
             // Exactly one line, saying what is wrong and what to do; nothing else is printed.
@@ -55,10 +70,12 @@ fn main() -> ExitCode {
 }
 
 /// Binds the port first, so that a busy port leaves the database untouched; then opens the
-/// store and serves until SIGINT or SIGTERM.
-fn serve(config: Config, metrics_listen: Option<SocketAddr>) -> anyhow::Result<()> {
-    use anyhow::Context;
-    let runtime = tokio::runtime::Runtime::new().context("starting the async runtime")?;
+/// store and serves on `runtime` until SIGINT or SIGTERM.
+fn serve(
+    runtime: &tokio::runtime::Runtime,
+    config: Config,
+    metrics_listen: Option<SocketAddr>,
+) -> anyhow::Result<()> {
     runtime.block_on(async {
         let listener = tokio::net::TcpListener::bind(config.server.listen)
             .await

@@ -15,20 +15,52 @@ use crate::values::{Bytes, HttpListen, Period};
 /// answering, once). `RUST_LOG=info,openraft=info` brings them back.
 pub(crate) const DEFAULT_FILTER: &str = "info,openraft=off";
 
-/// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]).
-pub(crate) fn init_tracing(format: LogFormat) {
+/// Starts logging to stderr in `format`, filtered by `RUST_LOG` (default [`DEFAULT_FILTER`]),
+/// and, with the `otlp` feature, exporting traces when the `OTEL_*` variables ask for them
+/// (`traces`); the spans meant for traces never reach the log. Must run inside the runtime.
+///
+/// Fails when traces are asked for and cannot be exported.
+pub(crate) fn init_tracing(format: LogFormat) -> anyhow::Result<Option<Exporting>> {
+    use tracing_subscriber::Layer;
+    use tracing_subscriber::layer::SubscriberExt;
+    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER))
+        .add_directive(
+            format!("{}=off", tapedeck::trace_context::SPAN_TARGET)
+                .parse()
+                .expect("a valid directive"),
+        );
+    let logs = tracing_subscriber::fmt::layer()
         // Colour escapes only for a person at a terminal, never in a file or a pipe.
         .with_ansi(std::io::stderr().is_terminal())
         .with_writer(std::io::stderr);
-    match format {
-        LogFormat::Text => builder.init(),
-        LogFormat::Json => builder.json().init(),
+    let logs = match format {
+        LogFormat::Text => logs.boxed(),
+        LogFormat::Json => logs.json().boxed(),
+    };
+    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
+    #[cfg(feature = "otlp")]
+    {
+        let (traces, exporting) = match crate::traces::layer()? {
+            Some((layer, exporting)) => (Some(layer), Some(exporting)),
+            None => (None, None),
+        };
+        registry.with(traces).init();
+        Ok(exporting)
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        registry.init();
+        Ok(None)
     }
 }
+
+/// What exports traces while the server runs (nothing without the `otlp` feature).
+#[cfg(feature = "otlp")]
+pub(crate) type Exporting = crate::traces::Traces;
+#[cfg(not(feature = "otlp"))]
+pub(crate) type Exporting = std::convert::Infallible;
 
 /// One line with every setting the server runs with, each written as its flag takes it; a
 /// setting left unset is left out.

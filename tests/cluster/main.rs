@@ -13,3 +13,4 @@ mod replication_http;
 mod replication_partition;
 mod replication_tier;
 mod replication_torture;
+mod traces;

@@ -48,6 +48,11 @@ impl Trio {
         Self::start_serving(extra_args, false, envs)
     }
 
+    /// As [`Trio::start_with_env`], each node serving its HTTP face too.
+    pub(crate) fn start_with_http_and_env(extra_args: &[&str], envs: &[(String, String)]) -> Trio {
+        Self::start_serving(extra_args, true, envs)
+    }
+
     /// Starts the three nodes. Their cluster ports are picked here (each node must know the
     /// others' before any starts); one another process took before its node bound it makes
     /// that node exit ("Address already in use"), and the trio is started again on fresh ports

@@ -10,11 +10,13 @@
 //!   decided there, and the conversion into a gRPC status that Rust's orphan rule puts beside
 //!   the type.
 //! - [`metrics`]: metric names and their descriptions.
+//! - [`trace_context`]: the spans meant for traces, and the context they carry across calls.
 
 pub mod clock;
 pub mod error;
 pub mod id;
 pub mod metrics;
 pub mod status;
+pub mod trace_context;
 
 pub use error::{Error, Result};

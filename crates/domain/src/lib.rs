@@ -17,7 +17,7 @@
 
 // The shared words and the layers below, under the names the domain's modules use for them.
 // The store is imported, never re-exported: the faces above cannot name its types.
-use tapedeck_core::{clock, error, id, metrics, status};
+use tapedeck_core::{clock, error, id, metrics, status, trace_context};
 use tapedeck_proto as pb;
 use tapedeck_store as store;
 

@@ -11,7 +11,7 @@
 //! - [`readiness`]: whether the server takes traffic, which `/readyz` and gRPC health say.
 
 // The shared words and the domain, under the names the faces' modules use for them.
-use tapedeck_core::{Error, clock, error, id, metrics};
+use tapedeck_core::{Error, clock, error, id, metrics, trace_context};
 use tapedeck_domain::{access, cluster, locator, recorder};
 use tapedeck_proto as pb;
 

@@ -96,7 +96,9 @@ impl Cluster {
         let _ = outgoing.send(first).await;
         let mut client = ClusterClient::new(channel).max_decoding_message_size(usize::MAX);
         let mut incoming = client
-            .produce(ReceiverStream::new(receiver))
+            .produce(super::service::with_trace_context(ReceiverStream::new(
+                receiver,
+            )))
             .await?
             .into_inner();
         match incoming.message().await? {

@@ -12,12 +12,15 @@ use serde::de::DeserializeOwned;
 use tonic::transport::{Server, ServerTlsConfig};
 use tonic::{Request, Response, Status, Streaming};
 
+use tracing::Instrument;
+
 use super::produce::ProducingStream;
 use crate::id::ConversationId;
 use crate::pb::cluster::{
     AppliedAsked, AppliedIndex, Conversation, Done, HttpAnswered, HttpAsked, Produced,
 };
 use crate::recorder::Recorder;
+use crate::trace_context;
 
 use super::types::{NodeId, Raft, TypeConfig};
 use super::wire;
@@ -143,14 +146,19 @@ impl Cluster for Service {
         request: Request<HttpAsked>,
     ) -> std::result::Result<Response<HttpAnswered>, Status> {
         self.check(&request)?;
-        self.cluster.until_ready_if_leading().await;
-        let answered = super::http_writes::answer_here(
-            &self.cluster.http_face,
-            &self.cluster.applied,
-            request.into_inner(),
-        )
-        .await?;
-        Ok(Response::new(answered))
+        let span = forwarded_span("tapedeck.cluster.Cluster/Http", request.metadata());
+        async {
+            self.cluster.until_ready_if_leading().await;
+            let answered = super::http_writes::answer_here(
+                &self.cluster.http_face,
+                &self.cluster.applied,
+                request.into_inner(),
+            )
+            .await?;
+            Ok(Response::new(answered))
+        }
+        .instrument(span)
+        .await
     }
 
     async fn applied(
@@ -176,11 +184,40 @@ impl Cluster for Service {
         request: Request<Streaming<Produced>>,
     ) -> std::result::Result<Response<ProducingStream>, Status> {
         self.check(&request)?;
+        let span = forwarded_span("tapedeck.cluster.Cluster/Produce", request.metadata());
         let mut incoming = request.into_inner();
-        let open = super::produce::first_open(&mut incoming).await?;
-        let answers = super::produce::produce(&self.recorder, open, incoming).await?;
-        Ok(Response::new(answers))
+        async {
+            let open = super::produce::first_open(&mut incoming).await?;
+            let answers = super::produce::produce(&self.recorder, open, incoming).await?;
+            Ok(Response::new(answers))
+        }
+        .instrument(span)
+        .await
     }
+}
+
+/// The span for traces of a call another node forwarded here for its client: its parent is
+/// the context that node sent (its own call's span).
+fn forwarded_span(rpc: &'static str, metadata: &tonic::metadata::MetadataMap) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: trace_context::SPAN_TARGET,
+        "cluster call",
+        otel.name = rpc,
+        otel.kind = "server",
+        rpc.system.name = "grpc",
+        rpc.method = rpc,
+    );
+    trace_context::adopt_parent(&span, metadata.as_ref());
+    span
+}
+
+/// `message` as a request that carries the current span's context (to the leader).
+pub(super) fn with_trace_context<T>(message: T) -> Request<T> {
+    let mut headers = tonic::codegen::http::HeaderMap::new();
+    trace_context::inject_current(&mut headers);
+    let mut request = Request::new(message);
+    *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
+    request
 }
 
 /// Serves the cluster's RPCs on the connections of `incoming` to the addresses in `allowed`,

@@ -2,6 +2,7 @@
 //! committed byte length, and replay from a byte position. Same recordings as the current API.
 use std::collections::VecDeque;
 use std::time::Duration;
+use tracing::Instrument;
 
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
@@ -86,23 +87,27 @@ impl ResponseResumerService for ResumerService {
         let stop = self.lifecycle.stop.clone();
         let (tx, rx) = mpsc::channel(RESPONSE_BUFFER);
         // Owned by the server's tracker: shutdown ends the recording, which ends this session.
-        self.lifecycle.tasks.spawn(async move {
-            let mut requests = request.into_inner();
-            let started = start_producer(
-                &recorder,
-                locator.as_ref(),
-                cluster.as_ref(),
-                &principal,
-                &mut requests,
-                &stop,
-            );
-            match started.await {
-                Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
-                Err(status) => {
-                    let _ = tx.send(Err(status)).await;
+        // In the call's span for traces: a session forwarded to the leader carries it on.
+        self.lifecycle.tasks.spawn(
+            async move {
+                let mut requests = request.into_inner();
+                let started = start_producer(
+                    &recorder,
+                    locator.as_ref(),
+                    cluster.as_ref(),
+                    &principal,
+                    &mut requests,
+                    &stop,
+                );
+                match started.await {
+                    Ok((producer, first)) => stream_tokens(producer, first, requests, tx).await,
+                    Err(status) => {
+                        let _ = tx.send(Err(status)).await;
+                    }
                 }
             }
-        });
+            .in_current_span(),
+        );
         Ok(Response::new(ReceiverStream::new(rx)))
     }
 

@@ -1,6 +1,8 @@
 //! Every gRPC call, seen from around the services (a tower layer): go-grpc-prometheus's server
-//! metrics (started, handled by code, handling time, messages received and sent), and one log
-//! line at info per call with its method, conversation, outcome and duration.
+//! metrics (started, handled by code, handling time, messages received and sent), one log
+//! line at info per call with its method, conversation, outcome and duration, and one span
+//! for traces (the RPC conventions: `rpc.system.name`, `rpc.method`, the status; never the
+//! conversation), child of the context the client sent.
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -11,7 +13,10 @@ use bytes::{Buf, Bytes};
 use http_body::{Body as HttpBody, Frame};
 use tonic::body::Body;
 
+use tracing::Instrument;
+
 use crate::metrics as metric;
+use crate::trace_context;
 
 /// The layer to put around the gRPC routes.
 #[derive(Clone, Copy, Debug, Default)]
@@ -48,18 +53,24 @@ where
 
     fn call(&mut self, request: http::Request<Body>) -> Self::Future {
         let call = Arc::new(Call::new(request.uri().path()));
+        trace_context::adopt_parent(&call.span, request.headers());
         metrics::counter!(metric::GRPC_STARTED, call.labels()).increment(1);
         let received = call.clone();
         let request = request.map(|body| Body::new(Counted::new(body, received, Side::Received)));
-        let response = self.inner.call(request);
-        Box::pin(async move {
-            let response = response.await?;
-            // A call refused at once answers with its status in the headers ("trailers only").
-            if let Some(code) = response.headers().get("grpc-status") {
-                call.finish(code.to_str().unwrap_or(""));
+        let span = call.span.clone();
+        let response = span.in_scope(|| self.inner.call(request));
+        Box::pin(
+            async move {
+                let response = response.await?;
+                // A call refused at once answers with its status in the headers ("trailers
+                // only").
+                if let Some(code) = response.headers().get("grpc-status") {
+                    call.finish(code.to_str().unwrap_or(""));
+                }
+                Ok(response.map(|body| Body::new(Counted::new(body, call, Side::Sent))))
             }
-            Ok(response.map(|body| Body::new(Counted::new(body, call, Side::Sent))))
-        })
+            .instrument(span),
+        )
     }
 }
 
@@ -73,6 +84,8 @@ struct Call {
     /// The conversation named by the first request message, when the method names one.
     conversation: Mutex<Option<String>>,
     finished: AtomicBool,
+    /// The call's span for traces; it ends when the call's response body does.
+    span: tracing::Span,
 }
 
 impl Call {
@@ -81,6 +94,24 @@ impl Call {
             .trim_start_matches('/')
             .split_once('/')
             .unwrap_or(("unknown", "unknown"));
+        // A method of a service this server has, or `_OTHER`: a span's attributes stay few.
+        let rpc = match KNOWN_SERVICES
+            .iter()
+            .any(|known| service.starts_with(known))
+        {
+            true => path.trim_start_matches('/'),
+            false => "_OTHER",
+        };
+        let span = tracing::info_span!(
+            target: trace_context::SPAN_TARGET,
+            "grpc call",
+            otel.name = rpc,
+            otel.kind = "server",
+            otel.status_code = tracing::field::Empty,
+            rpc.system.name = "grpc",
+            rpc.method = rpc,
+            rpc.response.status_code = tracing::field::Empty,
+        );
         Self {
             path: path.to_string(),
             service: service.to_string(),
@@ -89,6 +120,7 @@ impl Call {
             started: Instant::now(),
             conversation: Mutex::new(None),
             finished: AtomicBool::new(false),
+            span,
         }
     }
 
@@ -105,6 +137,15 @@ impl Call {
     fn finish(&self, code: &str) {
         if self.finished.swap(true, Ordering::SeqCst) {
             return;
+        }
+        let number = code.parse::<i32>().unwrap_or(2);
+        self.span.record(
+            "rpc.response.status_code",
+            trace_context::grpc_code_name(number),
+        );
+        // The server's own failures, as the RPC conventions class them.
+        if matches!(number, 2 | 4 | 12 | 13 | 14 | 15) {
+            self.span.record("otel.status_code", "ERROR");
         }
         let code = code_name(code);
         let elapsed = self.started.elapsed();
@@ -149,6 +190,15 @@ fn millis(elapsed: std::time::Duration) -> f64 {
     let micros = elapsed.as_nanos().saturating_add(500) / 1000;
     micros as f64 / 1000.0
 }
+
+/// The services this server has (and those tools ask for), by name prefix.
+const KNOWN_SERVICES: [&str; 5] = [
+    "memory.v1.",
+    "tapedeck.v1.",
+    "grpc.health.v1.",
+    "grpc.reflection.",
+    "tapedeck.cluster.",
+];
 
 /// go-grpc-prometheus's `grpc_type` of a method.
 fn kind(method: &str) -> &'static str {

@@ -53,16 +53,18 @@ pub(super) async fn dispatch(
     Path(path): Path<String>,
     request: Request,
 ) -> Response {
-    // Every log line of the request, a 500's included, names what was being done.
-    let span = tracing::error_span!("request", method = %request.method(), path = %path);
+    // Passed on, a request runs in its span for traces (the middleware's, current here), so
+    // that the call carries the trace on: the log's span below would hide it.
     if let Some(cluster) = face.forwards(&request) {
-        return face.forward(cluster, request).instrument(span).await;
+        return face.forward(cluster, request).await;
     }
     if let Some(finding) = face.held_elsewhere(&path, &request)
         && let Some(owner) = finding.await
     {
-        return face.pass(&owner, request).instrument(span).await;
+        return face.pass(&owner, request).await;
     }
+    // Every log line of the request, a 500's included, names what was being done.
+    let span = tracing::error_span!("request", method = %request.method(), path = %path);
     match face.handle(path, request).instrument(span).await {
         Ok(reply) | Err(reply) => reply.into_response(),
     }

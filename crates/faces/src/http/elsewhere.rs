@@ -106,6 +106,8 @@ impl HttpFace {
         for name in NOT_PASSED {
             parts.headers.remove(name);
         }
+        // The other instance's span is a child of this request's, not of the client's.
+        crate::trace_context::inject_current(&mut parts.headers);
         if let Some(locator) = &self.locator
             && let Ok(from) = HeaderValue::from_str(locator.address())
         {

@@ -1,7 +1,9 @@
 //! Every HTTP request, seen from around the routes (a middleware), as gRPC's are: one log line
 //! at info per request (method, stream, status, duration), one more when an SSE or long-poll
 //! reader ends; Prometheus metrics of requests by method and status, request duration, the
-//! SSE and long-poll readers open now, and bytes sent.
+//! SSE and long-poll readers open now, and bytes sent; and one span for traces per request
+//! (the HTTP conventions: method, route, status; never a stream's path), child of the context
+//! the client sent (`traceparent`).
 use std::pin::Pin;
 use std::task::{Context, Poll};
 use std::time::Instant;
@@ -14,8 +16,26 @@ use bytes::Bytes;
 use http::Method;
 use http_body::{Body as HttpBody, Frame};
 
+use tracing::Instrument;
+
 use super::StreamPrefix;
 use crate::metrics as metric;
+use crate::trace_context;
+
+/// The route `path` took, as a template (`/v1/stream/{path}`): what a span may say of it.
+fn route_of(prefix: &StreamPrefix, path: &str) -> String {
+    if prefix.stream_in(path).is_some() {
+        format!("{prefix}/{{path}}")
+    } else if path.starts_with("/v1/stop/") {
+        "/v1/stop/{path}".into()
+    } else if path == "/console" || path.starts_with("/console/") {
+        "/console".into()
+    } else if matches!(path, "/healthz" | "/readyz") {
+        path.into()
+    } else {
+        "_OTHER".into()
+    }
+}
 
 /// Logs and counts `request` and its response; a reader's response body is followed to its end.
 pub(super) async fn observe(
@@ -29,8 +49,25 @@ pub(super) async fn observe(
     let reader = Reader::of(&request);
     // A long-poll is open while its handler waits, before there is a response.
     let open = reader.map(OpenReader::new);
-    let response = next.run(request).await;
+    let route = route_of(&prefix, &path);
+    let span = tracing::info_span!(
+        target: trace_context::SPAN_TARGET,
+        "http request",
+        otel.name = %format_args!("{method} {route}"),
+        otel.kind = "server",
+        otel.status_code = tracing::field::Empty,
+        http.request.method = method,
+        http.route = %route,
+        http.response.status_code = tracing::field::Empty,
+        url.scheme = "http",
+    );
+    trace_context::adopt_parent(&span, request.headers());
+    let response = next.run(request).instrument(span.clone()).await;
     let status = response.status();
+    span.record("http.response.status_code", i64::from(status.as_u16()));
+    if status.is_server_error() {
+        span.record("otel.status_code", "ERROR");
+    }
     let elapsed = started.elapsed();
     let code = status.as_str().to_string();
     metrics::counter!(metric::HTTP_REQUESTS, "method" => method, "code" => code).increment(1);
