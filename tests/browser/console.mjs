@@ -51,6 +51,10 @@ try {
     console.log("opened")
     await tab.locator("#content", { hasText: "first second third" }).waitFor({ timeout })
     await tab.locator("dd", { hasText: "18" }).first().waitFor({ timeout })
+    // Its readers, once the row is fetched again while the console follows the content.
+    await tab.waitForTimeout(1500)
+    const watchedReaders = await tab.locator("dt", { hasText: "readers" })
+      .locator("xpath=following-sibling::dd[1]").first().textContent()
     await tab.screenshot({ path: `${arg}/console-recording.png` })
     await tab.goto(`${base}/console/#/overview`)
     await tab.locator(".card", { hasText: "live recordings" }).locator(".value", { hasText: "1" }).waitFor({ timeout })
@@ -74,6 +78,7 @@ try {
       ran: ran.find((value) => value !== null) ?? null,
       markup: Math.max(...markup),
       pages: ran.length,
+      watchedReaders,
       violations,
     }))
   } else if (mode === "access") {

@@ -100,6 +100,8 @@ async fn an_operator_watches_stops_and_deletes_recordings_in_the_console() {
         "the list, the hostile id's page, doomed's, and after the reload: {result}"
     );
     assert_eq!(result["violations"], serde_json::json!([]), "{result}");
+    // Only the console followed live-2: it does not count itself among its readers.
+    assert_eq!(result["watchedReaders"], "0", "{result}");
     assert!(shots.join("console-list.png").exists());
     assert!(shots.join("console-recording.png").exists());
     let gone = replay_text(&recorder, b"doomed").await;

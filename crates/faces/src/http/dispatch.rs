@@ -16,6 +16,10 @@ use crate::access::Operation;
 use crate::id::ConversationId;
 use crate::recorder::streams::{AppendAsk, CreateAsk, ForkAsk};
 
+/// A header that marks an SSE reader as an operator watching (the console), not counted
+/// among the recording's readers.
+pub(super) const OBSERVER: &str = "tapedeck-observer";
+
 /// The query parameters the protocol uses; each at most once.
 #[derive(Default)]
 pub(super) struct Query {
@@ -152,7 +156,9 @@ impl HttpFace {
                 let resumed = request::text(headers, "last-event-id")?
                     .and_then(offset::Offset::parse)
                     .map(|offset| ReadFrom::At(offset.0));
-                self.sse(id, resumed.unwrap_or(from), query.cursor.clone())
+                // The console watches without counting among the recording's readers.
+                let counted = request::text(headers, OBSERVER)?.is_none();
+                self.sse(id, resumed.unwrap_or(from), query.cursor.clone(), counted)
                     .await
             }
             Some(other) => Err(Reply::refuse(

@@ -54,12 +54,14 @@ impl Encoding {
 }
 
 impl HttpFace {
-    /// GET with `live=sse`.
+    /// GET with `live=sse`; `counted` among the recording's readers, unless an observer (the
+    /// console) asks.
     pub(crate) async fn sse(
         &self,
         id: &ConversationId,
         from: ReadFrom,
         cursor_param: Option<String>,
+        counted: bool,
     ) -> Replied {
         let (snapshot, offset) = self.found(id, true, Some(from)).await?;
         let encoding = Encoding::of(&snapshot);
@@ -69,6 +71,7 @@ impl HttpFace {
             .reader(id, &snapshot, offset)
             .await
             .map_err(failed)?;
+        let reader = if counted { reader } else { reader.uncounted() };
         let mut reply = Reply::new(StatusCode::OK)
             .content_type("text/event-stream")
             .cache("no-cache");

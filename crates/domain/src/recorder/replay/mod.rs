@@ -60,8 +60,8 @@ enum Source {
     Live {
         tape: Arc<Tape>,
         progress: watch::Receiver<Progress>,
-        /// Counts this replay among the tape's readers.
-        _following: Following,
+        /// Counts this replay among the tape's readers (`None` once it is not counted).
+        following: Option<Following>,
     },
     /// A finished recording; its committed state is fixed.
     Finished { progress: Progress },
@@ -108,6 +108,14 @@ impl Replay {
     /// out bad once the recording grew or ended, or a storage error.
     pub async fn next(&mut self) -> Result<Option<Piece>> {
         self.next_up_to(MAX_MESSAGE_BYTES).await
+    }
+
+    /// Stops counting this replay among its recording's readers: an operator watching (the
+    /// console), not a reader of the response.
+    pub fn stop_counting(&mut self) {
+        if let Source::Live { following, .. } = &mut self.source {
+            *following = None;
+        }
     }
 
     /// Makes this a chunked replay: each message is one recorded chunk (or the rest of the

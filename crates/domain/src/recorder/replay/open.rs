@@ -80,11 +80,10 @@ impl Replay {
             if let Some(tape) = tape {
                 let generation = tape.generation();
                 let progress = tape.subscribe();
-                let _following = tape.follow();
                 let source = Source::Live {
+                    following: Some(tape.follow()),
                     tape,
                     progress,
-                    _following,
                 };
                 return Ok((source, generation));
             }

@@ -33,6 +33,8 @@ pub struct LineageReader {
     position: u64,
     /// One portion per message (JSON mode).
     chunked: bool,
+    /// Whether it counts among the readers of a live recording it reads.
+    counted: bool,
 }
 
 impl LineageReader {
@@ -84,7 +86,16 @@ impl LineageReader {
             replay,
             position: offset,
             chunked,
+            counted: true,
         })
+    }
+
+    /// The same reader, not counted among the readers of what it reads: an operator watching
+    /// (the console), not a reader of the response.
+    pub fn uncounted(mut self) -> Self {
+        self.counted = false;
+        self.replay.stop_counting();
+        self
     }
 
     /// Offset of the next byte to read.
@@ -167,6 +178,9 @@ impl LineageReader {
         let mut replay = self.recorder.replay_bytes(&stretch.id, internal).await?;
         if self.chunked {
             replay = replay.chunked();
+        }
+        if !self.counted {
+            replay.stop_counting();
         }
         self.replay = replay;
         Ok(())

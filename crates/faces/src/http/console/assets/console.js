@@ -12,6 +12,10 @@ const STATUSES = ["recording", "completed", "cancelled", "interrupted", "failed"
 
 // ---- calls -------------------------------------------------------------------------------
 
+// Sent with the console's reads of content: it watches, and does not count among a
+// recording's readers.
+const OBSERVING = { "tapedeck-observer": "1" }
+
 function credential() {
   try { return JSON.parse(sessionStorage.getItem(CREDENTIAL)) } catch { return null }
 }
@@ -44,8 +48,8 @@ async function json(url, options) {
 }
 
 /** Reads an SSE response with fetch (so headers carry the credential); calls onEvent(name, data). */
-async function followEvents(url, onEvent, signal) {
-  const response = await call(url, { signal })
+async function followEvents(url, onEvent, signal, headers = {}) {
+  const response = await call(url, { signal, headers })
   if (!response.ok) throw await refusal(response)
   const encoding = response.headers.get("stream-sse-data-encoding")
   const reader = response.body.pipeThrough(new TextDecoderStream()).getReader()
@@ -349,7 +353,7 @@ async function showRecording(view, id, signal) {
           refreshing = setTimeout(() => { refreshing = null; refreshRow() }, 1000)
         }
       }
-    }, mine.signal).then(() => {
+    }, mine.signal, OBSERVING).then(() => {
       if (!mine.signal.aborted) follow(next, false)
     }).catch((err) => {
       if (!mine.signal.aborted && !err.unauthorized) showError(`reading stopped: ${err.message ?? err}`)
