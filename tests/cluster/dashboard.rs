@@ -6,7 +6,6 @@ use crate::common;
 use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::SocketAddr;
-use std::process::Command;
 
 use common::trio::Trio;
 use common::{BinaryServer, WAIT};
@@ -50,21 +49,7 @@ fn dashboard_names() -> BTreeSet<String> {
 
 /// Runs `tapedeck ARGS` against `server` with `stdin`; whether it succeeded.
 fn cli(server: &BinaryServer, args: &[&str], stdin: &str) -> bool {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-        .args(args)
-        .args(["--server", &server.addr.to_string()])
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait().unwrap().success()
+    common::run_cli(server, args, stdin).status.success()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

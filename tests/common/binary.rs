@@ -370,3 +370,25 @@ pub(crate) fn assert_one_clear_line(stderr: &str, what: &str, hint: &str) {
         assert!(!line.contains(noise), "`{noise}` in: {line}");
     }
 }
+
+/// Runs the client command `tapedeck ARGS --server ADDR` against `server` to its end, with
+/// `stdin` as its input.
+pub(crate) fn run_cli(server: &BinaryServer, args: &[&str], stdin: &str) -> std::process::Output {
+    use std::io::Write;
+    use std::process::Stdio;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_tapedeck"))
+        .args(args)
+        .args(["--server", &server.addr.to_string()])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}

@@ -12,21 +12,7 @@ use serde_json::Value;
 
 /// Runs `tapedeck ARGS --server ADDR` to its end, with `stdin` as its input.
 fn tapedeck(server: &BinaryServer, args: &[&str], stdin: &str) -> Output {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_tapedeck"))
-        .args(args)
-        .args(["--server", &server.addr.to_string()])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(stdin.as_bytes())
-        .unwrap();
-    child.wait_with_output().unwrap()
+    common::run_cli(server, args, stdin)
 }
 
 /// Runs a command that must succeed; returns its stdout.

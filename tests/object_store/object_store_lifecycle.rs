@@ -537,6 +537,18 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
 
 // ---- Settings ------------------------------------------------------------------------------
 
+/// `serve`'s arguments on a free port, with `data_dir` and `--object-store object_store`.
+fn serve_args<'a>(data_dir: &'a Path, object_store: &'a str) -> Vec<&'a OsStr> {
+    vec![
+        OsStr::new("--listen"),
+        OsStr::new("127.0.0.1:0"),
+        OsStr::new("--data-dir"),
+        data_dir.as_os_str(),
+        OsStr::new("--object-store"),
+        OsStr::new(object_store),
+    ]
+}
+
 /// An `s3://` store with no credentials is refused at start-up, before the S3 client would
 /// ask the cloud's metadata address for them (`--object-store-instance-credentials` asks for
 /// that; not started here, as it would try to leave the machine).
@@ -544,14 +556,7 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
 fn an_s3_store_without_credentials_is_refused_unless_instance_credentials_are_asked_for() {
     let dir = TempDir::new().unwrap();
     let data_dir = dir.path().join("data");
-    let args: Vec<&OsStr> = vec![
-        OsStr::new("--listen"),
-        OsStr::new("127.0.0.1:0"),
-        OsStr::new("--data-dir"),
-        data_dir.as_os_str(),
-        OsStr::new("--object-store"),
-        OsStr::new("s3://bucket/prefix"),
-    ];
+    let args = serve_args(&data_dir, "s3://bucket/prefix");
     let none = [("AWS_ACCESS_KEY_ID", ""), ("AWS_SECRET_ACCESS_KEY", "")];
     let (status, stderr) = run_binary_to_exit_with_env(&args, &none);
     assert_eq!(status.code(), Some(2), "{status}: {stderr}");
@@ -578,14 +583,7 @@ fn a_bad_object_store_url_is_refused_with_one_clear_line() {
     ] {
         let dir = TempDir::new().unwrap();
         let data_dir = dir.path().join("data");
-        let args: Vec<&OsStr> = vec![
-            OsStr::new("--listen"),
-            OsStr::new("127.0.0.1:0"),
-            OsStr::new("--data-dir"),
-            data_dir.as_os_str(),
-            OsStr::new("--object-store"),
-            OsStr::new(url),
-        ];
+        let args = serve_args(&data_dir, url);
         let (status, stderr) =
             run_binary_to_exit_with_env(&args, &[("AWS_SECRET_ACCESS_KEY", secret)]);
         assert_eq!(status.code(), Some(2), "{url} gave {status}: {stderr}");

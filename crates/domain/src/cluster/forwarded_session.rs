@@ -96,7 +96,7 @@ impl Cluster {
         let _ = outgoing.send(first).await;
         let mut client = ClusterClient::new(channel).max_decoding_message_size(usize::MAX);
         let mut incoming = client
-            .produce(super::service::with_trace_context(ReceiverStream::new(
+            .produce(super::network::with_trace_context(ReceiverStream::new(
                 receiver,
             )))
             .await?

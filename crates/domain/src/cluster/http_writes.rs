@@ -58,7 +58,7 @@ impl Cluster {
         let asked = asked(request);
         let channel = self.wait_for_leader().await?;
         let answered = ClusterClient::new(channel)
-            .http(super::service::with_trace_context(asked))
+            .http(super::network::with_trace_context(asked))
             .await
             .map_err(|status| self.not_answered(status))?
             .into_inner();

@@ -20,6 +20,7 @@ use super::types::{NodeId, TypeConfig};
 use super::wire;
 use crate::pb::cluster::Payload;
 use crate::pb::cluster::cluster_client::ClusterClient;
+use crate::trace_context;
 
 /// How long a connection to a peer may take before it counts as unreachable.
 const CONNECT_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(1);
@@ -264,4 +265,13 @@ impl RaftNetwork<TypeConfig> for Peer {
         })
         .await
     }
+}
+
+/// `message` as a request that carries the current span's context (to the leader).
+pub(super) fn with_trace_context<T>(message: T) -> tonic::Request<T> {
+    let mut headers = tonic::codegen::http::HeaderMap::new();
+    trace_context::inject_current(&mut headers);
+    let mut request = tonic::Request::new(message);
+    *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
+    request
 }

@@ -211,15 +211,6 @@ fn forwarded_span(rpc: &'static str, metadata: &tonic::metadata::MetadataMap) ->
     span
 }
 
-/// `message` as a request that carries the current span's context (to the leader).
-pub(super) fn with_trace_context<T>(message: T) -> Request<T> {
-    let mut headers = tonic::codegen::http::HeaderMap::new();
-    trace_context::inject_current(&mut headers);
-    let mut request = Request::new(message);
-    *request.metadata_mut() = tonic::metadata::MetadataMap::from_headers(headers);
-    request
-}
-
 /// Serves the cluster's RPCs on the connections of `incoming` to the addresses in `allowed`,
 /// with `tls` if given, until `shutdown` resolves.
 ///
