@@ -6,6 +6,8 @@ one JSON line: its name, kind, trace and span ids, parent id, attributes, status
 resource's service.name. Runs until killed.
 """
 import json
+import sys
+import threading
 from concurrent import futures
 
 import grpc
@@ -24,13 +26,24 @@ def attributes(pairs):
     return {pair.key: plain(pair.value) for pair in pairs}
 
 
+# Exports arrive on several server threads at once (one per node): one line at a time.
+PRINTING = threading.Lock()
+
+
+def emit(span):
+    line = json.dumps(span) + "\n"
+    with PRINTING:
+        sys.stdout.write(line)
+        sys.stdout.flush()
+
+
 class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
     def Export(self, request, context):
         for resource_spans in request.resource_spans:
             service = attributes(resource_spans.resource.attributes).get("service.name")
             for scope_spans in resource_spans.scope_spans:
                 for span in scope_spans.spans:
-                    print(json.dumps({
+                    emit({
                         "name": span.name,
                         "kind": span.kind,
                         "trace_id": span.trace_id.hex(),
@@ -39,7 +52,7 @@ class Receiver(trace_service_pb2_grpc.TraceServiceServicer):
                         "attributes": attributes(span.attributes),
                         "status": span.status.code,
                         "service": service,
-                    }), flush=True)
+                    })
         return trace_service_pb2.ExportTraceServiceResponse()
 
 
