@@ -410,8 +410,21 @@ async fn a_recording_only_the_object_store_holds_is_unavailable_while_it_is_down
         "{stderr}"
     );
 
+    // Back, it may answer 500 for a moment while its volume server rejoins ("try again
+    // later", as the message says): the replay is asked again until it answers.
     s3.restart();
-    let replayed = replay_text(&recorder, id.as_bytes()).await.unwrap();
+    let deadline = tokio::time::Instant::now() + WAIT;
+    let replayed = loop {
+        match replay_text(&recorder, id.as_bytes()).await {
+            Ok(replayed) => break replayed,
+            Err(err)
+                if err.code() == Code::Unavailable && tokio::time::Instant::now() < deadline =>
+            {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+            Err(err) => panic!("no replay once the object store is back: {err:?}"),
+        }
+    };
     assert_eq!(replayed.text, text);
 }
 
