@@ -40,6 +40,8 @@ pub const HTTP_REQUEST_SECONDS: &str = "tapedeck_http_request_duration_seconds";
 pub const HTTP_OPEN_READERS: &str = "tapedeck_http_open_readers";
 /// Bytes of HTTP response bodies sent.
 pub const HTTP_SENT_BYTES: &str = "tapedeck_http_sent_bytes_total";
+/// SSE readers cut for not taking an event within `--http-request-timeout`.
+pub const HTTP_SLOW_READERS_CUT: &str = "tapedeck_http_slow_readers_cut_total";
 
 /// Recordings live now.
 pub const LIVE_RECORDINGS: &str = "tapedeck_live_recordings";
@@ -134,6 +136,7 @@ pub fn describe() {
         SEAL_FAILURES,
         LOCAL_COPIES_DROPPED,
         OBJECT_STORE_COLLECTED,
+        HTTP_SLOW_READERS_CUT,
     ] {
         metrics::counter!(counter).increment(0);
     }
@@ -163,6 +166,10 @@ pub fn describe() {
         HTTP_SENT_BYTES,
         Unit::Bytes,
         "Bytes of HTTP response bodies sent."
+    );
+    describe_counter!(
+        HTTP_SLOW_READERS_CUT,
+        "SSE readers cut for not taking an event within --http-request-timeout."
     );
     describe_gauge!(LIVE_RECORDINGS, "Recordings live now.");
     describe_gauge!(

@@ -10,11 +10,16 @@ use axum::Router;
 use hyper::body::Incoming;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
+use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
+
+use super::head::{self, Claim};
+use super::prefixed::Prefixed;
+use super::reader_socket::{self, ReaderSocket};
 
 /// How the face bounds its connections and requests.
 #[derive(Debug, Clone, Copy)]
@@ -92,73 +97,172 @@ pub(crate) async fn serve(
         };
         // Tokens are small writes: without TCP_NODELAY, Nagle's algorithm holds them back.
         let _ = stream.set_nodelay(true);
-        let activity = Arc::new(Activity::default());
-        let service = {
-            let router = router.clone();
-            let activity = activity.clone();
-            hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
-                let active = activity.begin();
-                let mut router = router.clone();
-                let response = router.call(request.map(axum::body::Body::new));
-                async move {
-                    let response = response.await?;
-                    // Busy until the response's body is done (an SSE stream's hour included).
-                    Ok::<_, std::convert::Infallible>(response.map(|body| {
-                        axum::body::Body::new(Counted {
-                            body,
-                            _active: active,
-                        })
-                    }))
-                }
-            })
+        let connection = Connection {
+            stream,
+            permit,
+            router: router.clone(),
+            builder: builder.clone(),
+            timeout: bounds.request_timeout,
+            stop: stop.clone(),
+            warnings: warnings.clone(),
+            tracker: connections.clone(),
         };
-        let connection = builder
-            .serve_connection_with_upgrades(TokioIo::new(stream), service)
-            .into_owned();
-        let stop = stop.clone();
-        let warnings = warnings.clone();
-        let timeout = bounds.request_timeout;
-        // Driven to its end: closed if its first request's head has not arrived within the
-        // timeout (hyper bounds an HTTP/1.1 connection's later heads), finished gracefully
-        // once it has been idle that long (no request or response under way, on HTTP/1.1 and
-        // HTTP/2 alike) or once `stop` fires.
-        connections.spawn(async move {
-            let _permit = permit;
-            tokio::pin!(connection);
-            let mut idle_since = Some(tokio::time::Instant::now());
-            let mut stopping = false;
-            let result = loop {
-                let idle_until = idle_since.map(|since| since + timeout);
-                tokio::select! {
-                    result = connection.as_mut() => break result,
-                    () = activity.changed.notified() => {
-                        idle_since = activity.is_idle().then(tokio::time::Instant::now);
-                    }
-                    () = sleep_until_some(idle_until), if !stopping => {
-                        if !activity.served_any() {
-                            warnings.slow.bite(|n| slow_warning(timeout, n));
-                            return;
-                        }
-                        stopping = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                    () = stop.cancelled(), if !stopping => {
-                        stopping = true;
-                        connection.as_mut().graceful_shutdown();
-                    }
-                }
-            };
-            if let Err(err) = result
-                && is_header_timeout(&*err)
-            {
-                warnings.slow.bite(|n| slow_warning(timeout, n));
-            }
-        });
+        connections.spawn(connection.serve());
     }
     drop(listener);
     stop.cancel();
     connections.close();
     connections.wait().await;
+}
+
+/// One accepted connection, and what serving it takes.
+struct Connection {
+    stream: TcpStream,
+    /// Its place within `--http-max-connections`, until it closes.
+    permit: OwnedSemaphorePermit,
+    router: Router,
+    builder: auto::Builder<TokioExecutor>,
+    timeout: Duration,
+    stop: CancellationToken,
+    warnings: Arc<Warnings>,
+    /// The connections a shutdown waits for.
+    tracker: TaskTracker,
+}
+
+/// The most of a connection's first bytes read to see who serves it (`head`); a head that
+/// does not fit goes to hyper.
+const FIRST_READ: usize = 8 * 1024;
+
+impl Connection {
+    /// Reads the first bytes and hands the connection to whoever serves its first request: an
+    /// SSE read its own socket (`reader_socket`), anything else hyper.
+    async fn serve(self) {
+        let mut first = bytes::BytesMut::with_capacity(FIRST_READ);
+        let read = tokio::time::timeout(self.timeout, read_some(&self.stream, &mut first)).await;
+        match read {
+            Ok(Ok(0)) | Ok(Err(_)) => return, // closed before a request, or failed
+            Ok(Ok(_)) => {}
+            Err(_) => {
+                self.warnings.slow.bite(|n| slow_warning(self.timeout, n));
+                return;
+            }
+        }
+        match head::claim(&first) {
+            Claim::Sse(request) => {
+                let socket = ReaderSocket {
+                    stream: self.stream,
+                    timeout: self.timeout,
+                    stop: self.stop,
+                };
+                let (permit, warnings) = (self.permit, self.warnings);
+                // A task of its own, holding only what a reader needs: readers are many, and
+                // mostly wait.
+                self.tracker.spawn(async move {
+                    let _permit = permit;
+                    reader_socket::serve(socket, request, self.router, &warnings.slow_readers).await
+                });
+            }
+            Claim::Refused(why) => refuse(self.stream, why).await,
+            Claim::Pass => {
+                let _permit = self.permit;
+                let prefixed = Prefixed::new(first.freeze(), self.stream);
+                serve_with_hyper(
+                    prefixed,
+                    self.router,
+                    self.builder,
+                    self.timeout,
+                    self.stop,
+                    self.warnings,
+                )
+                .await
+            }
+        }
+    }
+}
+
+/// Reads what `stream` has once it has something (a readiness may come before the bytes).
+async fn read_some(stream: &TcpStream, buf: &mut bytes::BytesMut) -> std::io::Result<usize> {
+    loop {
+        stream.readable().await?;
+        match stream.try_read_buf(buf) {
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+            read => return read,
+        }
+    }
+}
+
+/// Answers a refused head with 400 and `why`, and closes the connection.
+async fn refuse(mut stream: TcpStream, why: &str) {
+    let body = format!("{why}\n");
+    let answer = format!(
+        "HTTP/1.1 400 Bad Request\r\ncontent-type: text/plain; charset=utf-8\r\nconnection: close\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let _ = stream.write_all(answer.as_bytes()).await;
+    let _ = stream.shutdown().await;
+}
+
+/// Serves `stream` with hyper until it closes: closed if its first request's head has not
+/// arrived within the timeout (hyper bounds an HTTP/1.1 connection's later heads), finished
+/// gracefully once it has been idle that long (no request or response under way, on HTTP/1.1
+/// and HTTP/2 alike) or once `stop` fires.
+async fn serve_with_hyper(
+    stream: Prefixed,
+    router: Router,
+    builder: auto::Builder<TokioExecutor>,
+    timeout: Duration,
+    stop: CancellationToken,
+    warnings: Arc<Warnings>,
+) {
+    let activity = Arc::new(Activity::default());
+    let service = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
+            let active = activity.begin();
+            let mut router = router.clone();
+            let response = router.call(request.map(axum::body::Body::new));
+            async move {
+                let response = response.await?;
+                // Busy until the response's body is done (an SSE stream's hour included).
+                Ok::<_, std::convert::Infallible>(response.map(|body| {
+                    axum::body::Body::new(Counted {
+                        body,
+                        _active: active,
+                    })
+                }))
+            }
+        })
+    };
+    let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
+    tokio::pin!(connection);
+    let mut idle_since = Some(tokio::time::Instant::now());
+    let mut stopping = false;
+    let result = loop {
+        let idle_until = idle_since.map(|since| since + timeout);
+        tokio::select! {
+            result = connection.as_mut() => break result,
+            () = activity.changed.notified() => {
+                idle_since = activity.is_idle().then(tokio::time::Instant::now);
+            }
+            () = sleep_until_some(idle_until), if !stopping => {
+                if !activity.served_any() {
+                    warnings.slow.bite(|n| slow_warning(timeout, n));
+                    return;
+                }
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            () = stop.cancelled(), if !stopping => {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+        }
+    };
+    if let Err(err) = result
+        && is_header_timeout(&*err)
+    {
+        warnings.slow.bite(|n| slow_warning(timeout, n));
+    }
 }
 
 /// Sleeps until `deadline`, or for ever without one.
@@ -258,6 +362,7 @@ pub(crate) struct Warnings {
     accept: Warning,
     full: Warning,
     slow: Warning,
+    slow_readers: Warning,
 }
 
 /// One warning, logged at most once per [`WARN_EVERY`] with how many times it bit.

@@ -26,7 +26,9 @@
 //! - `telemetry`: a log line and metrics per request, and per SSE or long-poll reader.
 //! - `access`: the same credentials as gRPC, from `Authorization` or a `token` parameter.
 //! - `connections`: accepting connections within `--http-max-connections` and
-//!   `--http-request-timeout`.
+//!   `--http-request-timeout`, and handing each to whoever serves its first request: `head`
+//!   reads it; an SSE read is served on its own socket (`reader_socket`), anything else by
+//!   hyper (`prefixed` gives it the bytes read already).
 mod access;
 mod connections;
 mod console;
@@ -35,13 +37,16 @@ mod dispatch;
 mod elsewhere;
 pub(crate) mod failure;
 mod forward;
+mod head;
 mod json;
 mod offset;
 mod owner;
 mod prefix;
+mod prefixed;
 mod probes;
 mod read;
 mod read_room;
+mod reader_socket;
 mod reply;
 mod request;
 mod router;

@@ -109,98 +109,104 @@ fn events(
         held: Vec::new(),
     });
     futures::stream::unfold(state, move |state| {
-        let stop = stop.clone();
-        async move {
-            let Events {
-                mut reader,
-                cursor,
-                first,
-                mut held,
-            } = state?;
-            let mut batch = Vec::new();
-            let mut bytes = 0;
-            // Everything committed already goes out at once.
-            while bytes < MAX_EVENT_BYTES {
-                match reader.ready(MAX_EVENT_BYTES - bytes).await {
-                    Ok(Some(piece)) => {
-                        bytes += piece.data.len();
-                        batch.push(piece.data);
-                    }
-                    Ok(None) => break,
-                    Err(err) => {
-                        tracing::warn!(error = %err, "SSE read failed");
-                        return None;
-                    }
-                }
-            }
-            // The first control goes out at once, data or not, to say where the reader is.
-            if batch.is_empty() && !reader.ended() && !first {
-                // Caught up: say so once, then wait for more (keepalives meanwhile).
-                tokio::select! {
-                    () = stop.cancelled() => return None,
-                    () = tokio::time::sleep_until(deadline) => return None,
-                    waited = tokio::time::timeout(KEEPALIVE, reader.wait(MAX_EVENT_BYTES)) => {
-                        match waited {
-                            Err(_) => {
-                                let keepalive = Bytes::from_static(b": keepalive\n\n");
-                                let next = Events {
-                                    reader,
-                                    cursor,
-                                    first: false,
-                                    held,
-                                };
-                                return Some((Ok(keepalive), Some(next)));
-                            }
-                            Ok(Ok(Some(piece))) => batch.push(piece.data),
-                            Ok(Ok(None)) => {}
-                            Ok(Err(err)) => {
-                                tracing::warn!(error = %err, "SSE read failed");
-                                return None;
-                            }
-                        }
-                    }
-                }
-            }
-            let closed = reader.ended();
-            let mut out = BytesMut::new();
-            if encoding == Encoding::Text {
-                // Text goes out in whole characters and whole line breaks: an event is
-                // decoded on its own, so a character split across appends waits for the rest
-                // of its bytes, and a CR for the next byte (a CRLF is one line break).
-                let mut text = std::mem::take(&mut held);
-                text.extend(batch.iter().flat_map(|b| b.iter().copied()));
-                if !closed {
-                    held = text.split_off(text.len() - undecided_tail(&text));
-                }
-                if !text.is_empty() {
-                    data_event(&mut out, &[Bytes::from(text)], encoding);
-                }
-            } else if !batch.is_empty() {
-                data_event(&mut out, &batch, encoding);
-            }
-            // Caught up when nothing more is committed right now.
-            let up_to_date = closed || bytes < MAX_EVENT_BYTES;
-            // The request's cursor decides the first; later ones only keep up with the time.
-            let next_cursor = (!closed).then(|| match (&cursor, first) {
-                (Some(previous), false) => cursor::after(previous),
-                _ => cursor::next(cursor.as_deref()),
-            });
-            control_event(
-                &mut out,
-                reader.position() - held.len() as u64,
-                next_cursor.as_deref(),
-                up_to_date,
-                reader.ended_as(),
-            );
-            let next = (!closed).then_some(Events {
-                reader,
-                cursor: next_cursor,
-                first: false,
-                held,
-            });
-            Some((Ok(out.freeze()), next))
-        }
+        next_event(state, encoding, stop.clone(), deadline)
     })
+}
+
+/// The next event of the stream `state` is at, and where it is after it; `None` once it has
+/// ended. A caught-up reader waits here for long, so the future is kept small: reads are
+/// boxed, and the wait is only for a change.
+async fn next_event(
+    state: Option<Events>,
+    encoding: Encoding,
+    stop: tokio_util::sync::CancellationToken,
+    deadline: tokio::time::Instant,
+) -> Option<(Result<Bytes, std::convert::Infallible>, Option<Events>)> {
+    let Events {
+        mut reader,
+        cursor,
+        first,
+        mut held,
+    } = state?;
+    let mut batch = Vec::new();
+    let mut bytes = 0;
+    loop {
+        // Everything committed already goes out at once.
+        while bytes < MAX_EVENT_BYTES {
+            match Box::pin(reader.ready(MAX_EVENT_BYTES - bytes)).await {
+                Ok(Some(piece)) => {
+                    bytes += piece.data.len();
+                    batch.push(piece.data);
+                }
+                Ok(None) => break,
+                Err(err) => {
+                    tracing::warn!(error = %err, "SSE read failed");
+                    return None;
+                }
+            }
+        }
+        // The first control goes out at once, data or not, to say where the reader is.
+        if !batch.is_empty() || reader.ended() || first {
+            break;
+        }
+        // Caught up: wait for more, with a keepalive comment after a quiet while.
+        let keepalive_at = tokio::time::Instant::now() + KEEPALIVE;
+        tokio::select! {
+            () = stop.cancelled() => return None,
+            () = tokio::time::sleep_until(deadline.min(keepalive_at)) => {
+                if deadline <= keepalive_at {
+                    return None;
+                }
+                let keepalive = Bytes::from_static(b": keepalive\n\n");
+                let next = Events {
+                    reader,
+                    cursor,
+                    first: false,
+                    held,
+                };
+                return Some((Ok(keepalive), Some(next)));
+            }
+            () = reader.changed() => {}
+        }
+    }
+    let closed = reader.ended();
+    let mut out = BytesMut::new();
+    if encoding == Encoding::Text {
+        // Text goes out in whole characters and whole line breaks: an event is decoded on
+        // its own, so a character split across appends waits for the rest of its bytes, and
+        // a CR for the next byte (a CRLF is one line break).
+        let mut text = std::mem::take(&mut held);
+        text.extend(batch.iter().flat_map(|b| b.iter().copied()));
+        if !closed {
+            held = text.split_off(text.len() - undecided_tail(&text));
+        }
+        if !text.is_empty() {
+            data_event(&mut out, &[Bytes::from(text)], encoding);
+        }
+    } else if !batch.is_empty() {
+        data_event(&mut out, &batch, encoding);
+    }
+    // Caught up when nothing more is committed right now.
+    let up_to_date = closed || bytes < MAX_EVENT_BYTES;
+    // The request's cursor decides the first; later ones only keep up with the time.
+    let next_cursor = (!closed).then(|| match (&cursor, first) {
+        (Some(previous), false) => cursor::after(previous),
+        _ => cursor::next(cursor.as_deref()),
+    });
+    control_event(
+        &mut out,
+        reader.position() - held.len() as u64,
+        next_cursor.as_deref(),
+        up_to_date,
+        reader.ended_as(),
+    );
+    let next = (!closed).then_some(Events {
+        reader,
+        cursor: next_cursor,
+        first: false,
+        held,
+    });
+    Some((Ok(out.freeze()), next))
 }
 
 /// Writes one `data` event holding `batch`.

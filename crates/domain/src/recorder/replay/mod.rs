@@ -224,6 +224,15 @@ impl Replay {
         }
     }
 
+    /// Waits until the recording may have changed: more committed, or its status. A reader
+    /// that has nothing [`ready`](Self::next_ready) waits here, in a future of a few words
+    /// (a caught-up reader waits long, and readers are many).
+    pub async fn changed(&mut self) {
+        if self.ended.is_none() {
+            self.wait_for_change().await;
+        }
+    }
+
     async fn wait_for_change(&mut self) {
         match &mut self.source {
             Source::Live { progress, .. } => {
@@ -236,7 +245,8 @@ impl Replay {
                     return;
                 }
                 let store = self.deck.store();
-                match store.progress(self.key, self.generation).await {
+                // Boxed: a read from the store would make every waiting reader's future large.
+                match Box::pin(store.progress(self.key, self.generation)).await {
                     Ok((status, chunks, bytes)) => {
                         *progress = Progress {
                             chunks,

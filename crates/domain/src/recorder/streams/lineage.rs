@@ -117,6 +117,15 @@ impl LineageReader {
         self.next(max_bytes, true).await
     }
 
+    /// Waits until the stream may have more to read once [`ready`](Self::ready) has nothing:
+    /// more committed, or its end. Its future is small, for readers that wait long.
+    pub async fn changed(&mut self) {
+        // An ancestor is read only up to a cap that is committed: reading it never waits.
+        if self.stretches.len() == 1 {
+            self.replay.changed().await;
+        }
+    }
+
     /// Whether the stream ended (closed) and everything has been read.
     pub fn ended(&self) -> bool {
         self.stretches.len() == 1 && self.replay.ending().is_some()
