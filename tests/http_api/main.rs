@@ -8,3 +8,4 @@ mod http_documented;
 mod http_face;
 mod http_limits;
 mod http_stop;
+mod reader_socket;

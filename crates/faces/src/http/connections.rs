@@ -154,13 +154,14 @@ impl Connection {
                     timeout: self.timeout,
                     stop: self.stop,
                 };
-                let (permit, warnings) = (self.permit, self.warnings);
-                // A task of its own, holding only what a reader needs: readers are many, and
-                // mostly wait.
-                self.tracker.spawn(async move {
-                    let _permit = permit;
-                    reader_socket::serve(socket, request, self.router, &warnings.slow_readers).await
-                });
+                let slow = &self.warnings.slow_readers;
+                let answer = reader_socket::answer(socket, request, self.router, slow);
+                // Its body is sent by a task of its own, holding only what that takes:
+                // readers are many, and mostly wait.
+                if let Some(answered) = Box::pin(answer).await {
+                    let send = answered.send(self.warnings, self.permit);
+                    self.tracker.spawn(send);
+                }
             }
             Claim::Refused(why) => refuse(self.stream, why).await,
             Claim::Pass => {
@@ -362,7 +363,7 @@ pub(crate) struct Warnings {
     accept: Warning,
     full: Warning,
     slow: Warning,
-    slow_readers: Warning,
+    pub(super) slow_readers: Warning,
 }
 
 /// One warning, logged at most once per [`WARN_EVERY`] with how many times it bit.

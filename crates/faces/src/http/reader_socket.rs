@@ -12,7 +12,7 @@
 //! closes its end is noticed at once, as hyper would.
 use std::future::poll_fn;
 use std::io::Write as _;
-use std::pin::pin;
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::Router;
@@ -24,7 +24,7 @@ use tokio::net::TcpStream;
 use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
-use super::connections::Warning;
+use super::connections::{Warning, Warnings};
 use crate::metrics as metric;
 
 /// What the reader path needs from the connection loop.
@@ -36,57 +36,109 @@ pub(super) struct ReaderSocket {
     pub(super) stop: CancellationToken,
 }
 
-/// Serves `request` through `router` on its own socket, then closes it.
-pub(super) async fn serve(
+/// A response whose head is written, and its body, to be sent.
+pub(super) struct Answered {
+    socket: ReaderSocket,
+    body: Body,
+    chunked: bool,
+}
+
+/// Answers `request` through `router` on its own socket, up to the response's head.
+///
+/// The response's body is sent by [`Answered::send`], in a task of its own: a reader waits
+/// long for its next event, holding only what that takes (not the request, the router's
+/// future or the response's head).
+pub(super) async fn answer(
     mut socket: ReaderSocket,
     request: Request<Body>,
     mut router: Router,
     slow: &Warning,
-) {
-    // Boxed, and everything but the body dropped once the head is written: the reader's
-    // future holds only what waiting for the next event takes.
-    let Ok(response) = Box::pin(router.call(request)).await;
-    drop(router);
+) -> Option<Answered> {
+    let Ok(response) = router.call(request).await;
     let (parts, body) = response.into_parts();
     let length = body.size_hint().exact();
     let head = response_head(parts.status, &parts.headers, length);
-    drop(parts);
-    if write(&mut socket, &head, slow).await.is_err() {
-        return;
-    }
-    drop(head);
-    let mut body = pin!(body);
-    let chunked = length.is_none();
-    loop {
-        let frame = tokio::select! {
-            frame = poll_fn(|cx| body.as_mut().poll_frame(cx)) => frame,
-            () = gone(&socket.stream) => return,
-            () = socket.stop.cancelled() => None,
-        };
-        let data = match frame {
-            Some(Ok(frame)) => match frame.into_data() {
-                Ok(data) => data,
-                Err(_) => continue, // trailers: none on this face
-            },
-            // The response failed midway: the client sees the body cut short, as with hyper.
-            Some(Err(_)) => return,
-            None => break,
-        };
-        if data.is_empty() {
-            continue;
+    write(&mut socket, &head, slow).await.ok()?;
+    Some(Answered {
+        socket,
+        body,
+        chunked: length.is_none(),
+    })
+}
+
+/// What a waiting reader's socket and body have for it.
+enum Next {
+    /// The body's next frame, or its end.
+    Frame(Option<Result<http_body::Frame<bytes::Bytes>, axum::Error>>),
+    /// The client closed its end, or the socket failed.
+    Gone,
+}
+
+impl Answered {
+    /// Polls the body for its next frame and, meanwhile, the socket for the client's close:
+    /// in one poll, so the wait holds no future for either. What a client sends after its
+    /// request is read and dropped: a reader sends nothing more.
+    fn poll_next(&mut self, cx: &mut std::task::Context<'_>) -> std::task::Poll<Next> {
+        use std::task::Poll;
+        if let Poll::Ready(frame) = std::pin::Pin::new(&mut self.body).poll_frame(cx) {
+            return Poll::Ready(Next::Frame(frame));
         }
-        let written = match chunked {
-            true => write(&mut socket, &chunk(&data), slow).await,
-            false => write(&mut socket, &data, slow).await,
-        };
-        if written.is_err() {
+        loop {
+            match self.socket.stream.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(_)) => return Poll::Ready(Next::Gone),
+                Poll::Ready(Ok(())) => {}
+            }
+            let mut sink = [0u8; 64];
+            match self.socket.stream.try_read(&mut sink) {
+                Ok(0) => return Poll::Ready(Next::Gone),
+                Ok(_) => continue,
+                Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
+                Err(_) => return Poll::Ready(Next::Gone),
+            }
+        }
+    }
+
+    /// Sends the body, then closes the connection; `held` (its place among the connections)
+    /// is let go then.
+    pub(super) async fn send(mut self, warnings: Arc<Warnings>, held: impl Send) {
+        let slow = &warnings.slow_readers;
+        let stop = self.socket.stop.clone();
+        loop {
+            let frame = tokio::select! {
+                next = poll_fn(|cx| self.poll_next(cx)) => match next {
+                    Next::Frame(frame) => frame,
+                    Next::Gone => return,
+                },
+                () = stop.cancelled() => None,
+            };
+            let data = match frame {
+                Some(Ok(frame)) => match frame.into_data() {
+                    Ok(data) => data,
+                    Err(_) => continue, // trailers: none on this face
+                },
+                // The response failed midway: the client sees the body cut short, as with
+                // hyper.
+                Some(Err(_)) => return,
+                None => break,
+            };
+            if data.is_empty() {
+                continue;
+            }
+            let written = match self.chunked {
+                true => write(&mut self.socket, &chunk(&data), slow).await,
+                false => write(&mut self.socket, &data, slow).await,
+            };
+            if written.is_err() {
+                return;
+            }
+        }
+        if self.chunked && write(&mut self.socket, b"0\r\n\r\n", slow).await.is_err() {
             return;
         }
+        let _ = self.socket.stream.shutdown().await;
+        drop(held);
     }
-    if chunked && write(&mut socket, b"0\r\n\r\n", slow).await.is_err() {
-        return;
-    }
-    let _ = socket.stream.shutdown().await;
 }
 
 /// The status line and headers of `status` and `headers`, with the framing of a body of
@@ -152,23 +204,6 @@ async fn write(socket: &mut ReaderSocket, bytes: &[u8], slow: &Warning) -> Resul
                 )
             });
             Err(())
-        }
-    }
-}
-
-/// Resolves once the client has closed its end (or the socket failed). What a client sends
-/// after its request is read and dropped: a reader sends nothing more.
-async fn gone(stream: &TcpStream) {
-    let mut sink = [0u8; 64];
-    loop {
-        if stream.readable().await.is_err() {
-            return;
-        }
-        match stream.try_read(&mut sink) {
-            Ok(0) => return,
-            Ok(_) => continue,
-            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => continue,
-            Err(_) => return,
         }
     }
 }

@@ -102,12 +102,13 @@ fn events(
     stop: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let deadline = tokio::time::Instant::now() + MAX_CONNECTION;
-    let state = Some(Events {
+    // Boxed: moved from one event to the next, it is never copied twice into a future.
+    let state = Some(Box::new(Events {
         reader,
         cursor: cursor_param,
         first: true,
         held: Vec::new(),
-    });
+    }));
     futures::stream::unfold(state, move |state| {
         next_event(state, encoding, stop.clone(), deadline)
     })
@@ -117,20 +118,16 @@ fn events(
 /// ended. A caught-up reader waits here for long, so the future is kept small: reads are
 /// boxed, and the wait is only for a change.
 async fn next_event(
-    state: Option<Events>,
+    state: Option<Box<Events>>,
     encoding: Encoding,
     stop: tokio_util::sync::CancellationToken,
     deadline: tokio::time::Instant,
-) -> Option<(Result<Bytes, std::convert::Infallible>, Option<Events>)> {
-    let Events {
-        mut reader,
-        cursor,
-        first,
-        mut held,
-    } = state?;
+) -> Option<(Result<Bytes, std::convert::Infallible>, Option<Box<Events>>)> {
+    let mut state = state?;
     let mut batch = Vec::new();
     let mut bytes = 0;
     loop {
+        let reader = &mut state.reader;
         // Everything committed already goes out at once.
         while bytes < MAX_EVENT_BYTES {
             match Box::pin(reader.ready(MAX_EVENT_BYTES - bytes)).await {
@@ -146,7 +143,7 @@ async fn next_event(
             }
         }
         // The first control goes out at once, data or not, to say where the reader is.
-        if !batch.is_empty() || reader.ended() || first {
+        if !batch.is_empty() || reader.ended() || state.first {
             break;
         }
         // Caught up: wait for more, with a keepalive comment after a quiet while.
@@ -158,27 +155,28 @@ async fn next_event(
                     return None;
                 }
                 let keepalive = Bytes::from_static(b": keepalive\n\n");
-                let next = Events {
-                    reader,
-                    cursor,
-                    first: false,
-                    held,
-                };
-                return Some((Ok(keepalive), Some(next)));
+                state.first = false;
+                return Some((Ok(keepalive), Some(state)));
             }
             () = reader.changed() => {}
         }
     }
+    let Events {
+        reader,
+        cursor,
+        first,
+        held,
+    } = &mut *state;
     let closed = reader.ended();
     let mut out = BytesMut::new();
     if encoding == Encoding::Text {
         // Text goes out in whole characters and whole line breaks: an event is decoded on
         // its own, so a character split across appends waits for the rest of its bytes, and
         // a CR for the next byte (a CRLF is one line break).
-        let mut text = std::mem::take(&mut held);
+        let mut text = std::mem::take(held);
         text.extend(batch.iter().flat_map(|b| b.iter().copied()));
         if !closed {
-            held = text.split_off(text.len() - undecided_tail(&text));
+            *held = text.split_off(text.len() - undecided_tail(&text));
         }
         if !text.is_empty() {
             data_event(&mut out, &[Bytes::from(text)], encoding);
@@ -189,7 +187,7 @@ async fn next_event(
     // Caught up when nothing more is committed right now.
     let up_to_date = closed || bytes < MAX_EVENT_BYTES;
     // The request's cursor decides the first; later ones only keep up with the time.
-    let next_cursor = (!closed).then(|| match (&cursor, first) {
+    let next_cursor = (!closed).then(|| match (&*cursor, *first) {
         (Some(previous), false) => cursor::after(previous),
         _ => cursor::next(cursor.as_deref()),
     });
@@ -200,13 +198,9 @@ async fn next_event(
         up_to_date,
         reader.ended_as(),
     );
-    let next = (!closed).then_some(Events {
-        reader,
-        cursor: next_cursor,
-        first: false,
-        held,
-    });
-    Some((Ok(out.freeze()), next))
+    *cursor = next_cursor;
+    *first = false;
+    Some((Ok(out.freeze()), (!closed).then_some(state)))
 }
 
 /// Writes one `data` event holding `batch`.
