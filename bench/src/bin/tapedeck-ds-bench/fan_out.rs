@@ -12,7 +12,7 @@ use futures::StreamExt;
 use hdrhistogram::Histogram;
 
 use crate::procfs;
-use crate::scenarios::{client, create_streams, find, ms, stamps, write_stamped};
+use crate::scenarios::{Api, client, create_streams, find, follow, ms, stamps, write_stamped};
 
 /// Readers connecting at once.
 const CONNECTING: usize = 256;
@@ -48,6 +48,7 @@ pub(crate) struct FanOutResult {
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn fan_out(
     base: &str,
+    api: Api,
     run: &str,
     streams: usize,
     per_stream: usize,
@@ -57,7 +58,7 @@ pub(crate) async fn fan_out(
     pid: u32,
 ) -> Result<FanOutResult> {
     let client = client();
-    let urls = create_streams(&client, &format!("{base}/{run}-fan"), streams).await?;
+    let urls = create_streams(&client, api, &format!("{base}/{run}-fan"), streams).await?;
     let rss_before = procfs::memory(Some(pid)).context("the server's memory")?;
     let epoch = Instant::now();
     // Told once, to every reader at the same time: 100,000 readers each polling a flag would
@@ -69,9 +70,9 @@ pub(crate) async fn fan_out(
     let record_from = Arc::new(AtomicU64::new(u64::MAX));
     let histogram = Arc::new(Mutex::new(Histogram::<u64>::new(3)?));
 
-    let wanted: Vec<String> = urls
+    let wanted: Vec<&String> = urls
         .iter()
-        .flat_map(|url| std::iter::repeat_n(format!("{url}?offset=now&live=sse"), per_stream))
+        .flat_map(|url| std::iter::repeat_n(url, per_stream))
         .collect();
     let readers = wanted.len();
     let clients = readers_clients(readers)?;
@@ -79,7 +80,7 @@ pub(crate) async fn fan_out(
         .map(|(n, url)| {
             let client = clients[n / READERS_PER_ADDRESS].clone();
             async move {
-                let response = client.get(&url).send().await.ok()?;
+                let response = follow(&client, api, url).send().await.ok()?;
                 response.status().is_success().then_some(response)
             }
         })
@@ -113,7 +114,7 @@ pub(crate) async fn fan_out(
                 buffer.extend_from_slice(&chunk);
                 while let Some(end) = find(&buffer, b"\n\n") {
                     let event: Vec<u8> = buffer.drain(..end + 2).collect();
-                    for stamp in stamps(&event) {
+                    for stamp in stamps(api, &event) {
                         received.fetch_add(1, Ordering::Relaxed);
                         let sent = Duration::from_nanos(stamp);
                         if stamp >= record_from.load(Ordering::Relaxed) {
@@ -136,7 +137,7 @@ pub(crate) async fn fan_out(
     let until = started + warmup + measure;
     record_from.store((started + warmup).as_nanos() as u64, Ordering::Relaxed);
     let cpu_before = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
-    let (sent, _acks) = write_stamped(&client, urls, rate, epoch, until, until).await?;
+    let (sent, _acks) = write_stamped(&client, api, urls, rate, epoch, until, until).await?;
     let cpu_after = procfs::cpu_seconds(Some(pid)).context("the server's CPU")?;
     let server_cores = (cpu_after - cpu_before) / (warmup + measure).as_secs_f64();
     // The last messages' time to arrive.

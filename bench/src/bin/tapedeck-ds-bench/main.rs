@@ -1,9 +1,10 @@
-//! `tapedeck-ds-bench`: tapedeck's HTTP face against two other Durable Streams servers, all
-//! with acknowledgements that wait for the disk, in one run: appends/s with 1,000 writers,
-//! with 32 writers on one stream, and at a fixed rate (100 streams × 10/s); SSE
-//! append→receive latency with 200 streams × 50 messages/s; catch-up read MB/s; and fan-out
-//! (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors). Prints one
-//! table per measure, each server's peak memory, and tapedeck's ratio to each peer.
+//! `tapedeck-ds-bench`: tapedeck's HTTP face against two other Durable Streams servers, and
+//! S2's self-hosted server (`s2 lite`, over its own REST API) if `--s2` names it, all with
+//! acknowledgements that wait for the disk, in one run: appends/s with 1,000 writers, with 32
+//! writers on one stream, and at a fixed rate (100 streams × 10/s); SSE append→receive latency
+//! with 200 streams × 50 messages/s; catch-up read MB/s (not S2: see [`servers::skips`]); and
+//! fan-out (100 streams × 100 SSE readers: latency, memory per idle reader, CPU, errors).
+//! Prints one table per measure, each server's peak memory, and tapedeck's ratio to each peer.
 mod fan_out;
 #[path = "../tapedeck-bench/open_files.rs"]
 mod open_files;
@@ -34,6 +35,10 @@ struct Cli {
     /// `durable-streams-server` 0.3.0 (`cargo install durable-streams-server@0.3.0`).
     #[arg(long)]
     ds_server: PathBuf,
+    /// S2's `s2` (`cargo install --locked s2-cli@0.43.4`), run as `s2 lite`; without it S2 is
+    /// not measured.
+    #[arg(long)]
+    s2: Option<PathBuf>,
     /// Where the servers keep their data (a directory on the disk being measured).
     #[arg(long, default_value = "target/ds-bench")]
     work_dir: PathBuf,
@@ -97,18 +102,39 @@ fn main() -> Result<()> {
         tapedeck: absolute(&cli.tapedeck)?,
         electric: absolute(&cli.electric)?,
         ds_server: absolute(&cli.ds_server)?,
+        s2: cli.s2.as_ref().map(absolute).transpose()?,
     };
     let runtime = tokio::runtime::Runtime::new()?;
     runtime.block_on(run(&cli, &bins))
 }
 
-const ALL: [Kind; 3] = [Kind::Tapedeck, Kind::Electric, Kind::DsAcid];
+const ALL: [Kind; 4] = [Kind::Tapedeck, Kind::Electric, Kind::DsAcid, Kind::S2];
 const WARMUP: Duration = Duration::from_secs(2);
+
+/// The servers `measure` runs on, tapedeck first; says which peers it leaves out, and why.
+fn kinds_for(cli: &Cli, bins: &Binaries, measure: &str) -> Vec<Kind> {
+    let mut kinds = Vec::new();
+    for kind in ALL {
+        let measured = match kind {
+            Kind::Tapedeck => true,
+            Kind::S2 => !cli.tapedeck_only && bins.s2.is_some(),
+            Kind::Electric | Kind::DsAcid => !cli.tapedeck_only,
+        };
+        if !measured {
+            continue;
+        }
+        if let Some(why) = servers::skips(kind, measure) {
+            eprintln!("   {:<24} skipped: {why}", kind.name());
+            continue;
+        }
+        kinds.push(kind);
+    }
+    kinds
+}
 
 async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
     let measure = Duration::from_secs(cli.seconds);
     let run_id = std::process::id();
-    let kinds: &[Kind] = if cli.tapedeck_only { &ALL[..1] } else { &ALL };
     let wants = |name: &str| cli.measures.iter().any(|m| m == name);
 
     if wants("appends") {
@@ -120,7 +146,8 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             writers: cli.writers,
             streams: cli.writers,
         };
-        append_measure(cli, kinds, bins, &format!("a{run_id}"), load).await?;
+        let kinds = kinds_for(cli, bins, "appends");
+        append_measure(cli, &kinds, bins, &format!("a{run_id}"), load).await?;
     }
     if wants("one-stream") {
         let writers = cli.one_stream_writers;
@@ -132,7 +159,8 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             writers,
             streams: 1,
         };
-        append_measure(cli, kinds, bins, &format!("o{run_id}"), load).await?;
+        let kinds = kinds_for(cli, bins, "one-stream");
+        append_measure(cli, &kinds, bins, &format!("o{run_id}"), load).await?;
     }
     if wants("fixed-rate") {
         let (streams, rate) = (cli.fixed_rate_streams, cli.fixed_rate);
@@ -141,7 +169,8 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             cli.seconds
         );
         let load = AppendLoad::FixedRate { streams, rate };
-        append_measure(cli, kinds, bins, &format!("r{run_id}"), load).await?;
+        let kinds = kinds_for(cli, bins, "fixed-rate");
+        append_measure(cli, &kinds, bins, &format!("r{run_id}"), load).await?;
     }
     if wants("sse") {
         eprintln!(
@@ -149,12 +178,19 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             cli.streams, cli.rate, cli.seconds
         );
         let mut latencies = Vec::new();
-        for &kind in kinds {
+        for kind in kinds_for(cli, bins, "sse") {
             let server = servers::start(kind, bins, &cli.work_dir).await?;
             let run = format!("l{run_id}");
-            let result =
-                scenarios::sse_latency(&server.base, &run, cli.streams, cli.rate, WARMUP, measure)
-                    .await?;
+            let result = scenarios::sse_latency(
+                &server.base,
+                server.api,
+                &run,
+                cli.streams,
+                cli.rate,
+                WARMUP,
+                measure,
+            )
+            .await?;
             eprintln!(
                 "   {:<24} p50 {:>7.2} ms  p99 {:>7.2} ms  max {:>7.2} ms  ({} sent, {} received)  peak rss {:>5.0} MiB",
                 kind.name(),
@@ -182,7 +218,7 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
             "== catch-up: one 8 MiB stream (64 KiB appends), 4 readers × {passes} reads from the start"
         );
         let mut reads = Vec::new();
-        for &kind in kinds {
+        for kind in kinds_for(cli, bins, "catch-up") {
             let server = servers::start(kind, bins, &cli.work_dir).await?;
             let run = format!("c{run_id}");
             let mb_s =
@@ -201,19 +237,13 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
         }
     }
     if wants("fan-out") {
-        fan_out(cli, kinds, bins, run_id, measure).await?;
+        fan_out(cli, bins, run_id, measure).await?;
     }
     Ok(())
 }
 
 /// The fan-out measure on each server, with the ratios of its latency and cost.
-async fn fan_out(
-    cli: &Cli,
-    kinds: &[Kind],
-    bins: &Binaries,
-    run_id: u32,
-    measure: Duration,
-) -> Result<()> {
+async fn fan_out(cli: &Cli, bins: &Binaries, run_id: u32, measure: Duration) -> Result<()> {
     let (streams, per_stream, rate) = (cli.fan_out_streams, cli.fan_out_readers, cli.fan_out_rate);
     eprintln!(
         "== fan-out: {streams} streams × {per_stream} SSE readers each ({} readers), {rate} messages/s per stream, {}s",
@@ -221,11 +251,12 @@ async fn fan_out(
         cli.seconds
     );
     let mut results = Vec::new();
-    for &kind in kinds {
+    for kind in kinds_for(cli, bins, "fan-out") {
         let server = servers::start(kind, bins, &cli.work_dir).await?;
         let run = format!("f{run_id}");
         let result = fan_out::fan_out(
             &server.base,
+            server.api,
             &run,
             streams,
             per_stream,
@@ -289,10 +320,12 @@ async fn append_measure(
         let server = servers::start(kind, bins, &cli.work_dir).await?;
         let result = match load {
             AppendLoad::BackToBack { writers, streams } => {
-                scenarios::appends(&server.base, run, writers, streams, 64, WARMUP, measure).await?
+                let (base, api) = (&server.base, server.api);
+                scenarios::appends(base, api, run, writers, streams, 64, WARMUP, measure).await?
             }
             AppendLoad::FixedRate { streams, rate } => {
-                scenarios::fixed_rate(&server.base, run, streams, rate, WARMUP, measure).await?
+                let (base, api) = (&server.base, server.api);
+                scenarios::fixed_rate(base, api, run, streams, rate, WARMUP, measure).await?
             }
         };
         eprintln!(

@@ -1,6 +1,6 @@
-//! The measures, each against one server's stream base URL: durable appends with many writers
-//! (on as many streams, or on one), appends at a fixed rate, SSE append→receive latency under a
-//! fixed rate, and catch-up read throughput.
+//! The measures, each against one server's stream base URL and the [`Api`] it speaks: durable
+//! appends with many writers (on as many streams, or on one), appends at a fixed rate, SSE
+//! append→receive latency under a fixed rate, and catch-up read throughput.
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
@@ -8,6 +8,25 @@ use std::time::{Duration, Instant};
 use anyhow::{Context, Result, bail};
 use futures::StreamExt;
 use hdrhistogram::Histogram;
+use serde::Deserialize;
+
+/// The basin that holds every stream of an S2 server: S2 names a stream within a basin, which
+/// each request names in its `s2-basin` header. Made when the server starts.
+pub(crate) const S2_BASIN: &str = "tapedeck-bench";
+
+/// How a server's streams are made, appended to and followed. A stream is named by its URL in
+/// both.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Api {
+    /// The Durable Streams protocol: PUT on the stream's URL makes it, a POST appends its body
+    /// as one message, and a GET with `?offset=now&live=sse` follows it from its tail.
+    DurableStreams,
+    /// S2's REST API (`…/v1/streams/{stream}`, in the basin [`S2_BASIN`]): PUT makes the
+    /// stream, a POST to `…/records` of a JSON batch of one record (its body in S2's `raw`
+    /// format, the message as UTF-8) appends it, acknowledged once durable, and a GET of
+    /// `…/records` that accepts `text/event-stream`, with no start, follows it from its tail.
+    S2,
+}
 
 /// Appends with `writers` concurrent writers, each on its own stream, back to back.
 pub(crate) struct AppendResult {
@@ -33,12 +52,12 @@ pub(crate) fn client() -> reqwest::Client {
         .expect("an HTTP client")
 }
 
-pub(crate) async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
-    let response = client
-        .put(url)
-        .header("content-type", "text/plain")
-        .send()
-        .await?;
+pub(crate) async fn create(client: &reqwest::Client, api: Api, url: &str) -> Result<()> {
+    let request = match api {
+        Api::DurableStreams => client.put(url).header("content-type", "text/plain"),
+        Api::S2 => client.put(url).header("s2-basin", S2_BASIN),
+    };
+    let response = request.send().await?;
     if !response.status().is_success() {
         bail!("PUT {url}: {}", response.status());
     }
@@ -48,29 +67,58 @@ pub(crate) async fn create(client: &reqwest::Client, url: &str) -> Result<()> {
 /// Creates `count` streams named `{prefix}-0`, `{prefix}-1`, …; returns their URLs.
 pub(crate) async fn create_streams(
     client: &reqwest::Client,
+    api: Api,
     prefix: &str,
     count: usize,
 ) -> Result<Vec<String>> {
     let mut urls = Vec::with_capacity(count);
     for n in 0..count {
         let url = format!("{prefix}-{n}");
-        create(client, &url).await?;
+        create(client, api, &url).await?;
         urls.push(url);
     }
     Ok(urls)
 }
 
-pub(crate) async fn append(client: &reqwest::Client, url: &str, body: Vec<u8>) -> Result<()> {
-    let response = client
-        .post(url)
-        .header("content-type", "text/plain")
-        .body(body)
-        .send()
-        .await?;
+/// Appends `body` to the stream at `url` as one message, and waits for its acknowledgement.
+pub(crate) async fn append(
+    client: &reqwest::Client,
+    api: Api,
+    url: &str,
+    body: Vec<u8>,
+) -> Result<()> {
+    let request = match api {
+        Api::DurableStreams => client
+            .post(url)
+            .header("content-type", "text/plain")
+            .body(body),
+        Api::S2 => {
+            let body = String::from_utf8(body).context("an S2 record body in UTF-8")?;
+            let batch = serde_json::json!({ "records": [{ "body": body }] });
+            client
+                .post(format!("{url}/records"))
+                .header("s2-basin", S2_BASIN)
+                .header("content-type", "application/json")
+                .body(serde_json::to_vec(&batch)?)
+        }
+    };
+    let response = request.send().await?;
     if !response.status().is_success() {
         bail!("POST {url}: {}", response.status());
     }
     Ok(())
+}
+
+/// A request that follows the stream at `url` over SSE from its tail: its response's headers
+/// come once the server has placed the reader, so what is appended after them reaches it.
+pub(crate) fn follow(client: &reqwest::Client, api: Api, url: &str) -> reqwest::RequestBuilder {
+    match api {
+        Api::DurableStreams => client.get(format!("{url}?offset=now&live=sse")),
+        Api::S2 => client
+            .get(format!("{url}/records"))
+            .header("s2-basin", S2_BASIN)
+            .header("accept", "text/event-stream"),
+    }
 }
 
 pub(crate) fn ms(histogram: &Histogram<u64>, quantile: f64) -> f64 {
@@ -80,8 +128,10 @@ pub(crate) fn ms(histogram: &Histogram<u64>, quantile: f64) -> f64 {
 /// `writers` writers append `body_bytes`-byte messages as fast as acks come back, spread over
 /// `streams` streams (writer `w` on stream `w % streams`), for `warmup + measure`; appends
 /// acknowledged during `measure` count.
+#[allow(clippy::too_many_arguments)]
 pub(crate) async fn appends(
     base: &str,
+    api: Api,
     run: &str,
     writers: usize,
     streams: usize,
@@ -90,7 +140,7 @@ pub(crate) async fn appends(
     measure: Duration,
 ) -> Result<AppendResult> {
     let client = client();
-    let urls = create_streams(&client, &format!("{base}/{run}-append"), streams).await?;
+    let urls = create_streams(&client, api, &format!("{base}/{run}-append"), streams).await?;
     let start = Instant::now();
     let (from, until) = (start + warmup, start + warmup + measure);
     let mut tasks = Vec::with_capacity(writers);
@@ -105,7 +155,7 @@ pub(crate) async fn appends(
                 if sent >= until {
                     break;
                 }
-                append(&client, &url, vec![b'x'; body_bytes]).await?;
+                append(&client, api, &url, vec![b'x'; body_bytes]).await?;
                 let done = Instant::now();
                 if sent >= from && done <= until {
                     counted += 1;
@@ -136,6 +186,7 @@ pub(crate) const STAMP: usize = 20;
 /// a second; each message carries its send time, so every reader measures append→receive.
 pub(crate) async fn sse_latency(
     base: &str,
+    api: Api,
     run: &str,
     streams: usize,
     rate: u32,
@@ -146,12 +197,11 @@ pub(crate) async fn sse_latency(
     let epoch = Instant::now();
     let stop = Arc::new(AtomicBool::new(false));
     let received = Arc::new(AtomicU64::new(0));
-    let urls = create_streams(&client, &format!("{base}/{run}-sse"), streams).await?;
+    let urls = create_streams(&client, api, &format!("{base}/{run}-sse"), streams).await?;
     let record_from = warmup;
     let mut readers = Vec::with_capacity(streams);
     for url in &urls {
-        let response = client
-            .get(format!("{url}?offset=now&live=sse"))
+        let response = follow(&client, api, url)
             .send()
             .await
             .with_context(|| format!("SSE {url}"))?;
@@ -175,7 +225,7 @@ pub(crate) async fn sse_latency(
                 buffer.extend_from_slice(&chunk);
                 while let Some(end) = find(&buffer, b"\n\n") {
                     let event: Vec<u8> = buffer.drain(..end + 2).collect();
-                    for stamp in stamps(&event) {
+                    for stamp in stamps(api, &event) {
                         received.fetch_add(1, Ordering::Relaxed);
                         let sent = Duration::from_nanos(stamp);
                         if sent >= record_from {
@@ -190,6 +240,7 @@ pub(crate) async fn sse_latency(
     }
     let (sent, _acks) = write_stamped(
         &client,
+        api,
         urls,
         f64::from(rate),
         epoch,
@@ -219,6 +270,7 @@ pub(crate) async fn sse_latency(
 /// the times to their acknowledgements (µs) of those sent from `from` on.
 pub(crate) async fn write_stamped(
     client: &reqwest::Client,
+    api: Api,
     urls: Vec<String>,
     rate: f64,
     epoch: Instant,
@@ -244,7 +296,7 @@ pub(crate) async fn write_stamped(
                     break;
                 }
                 let stamp = format!("{:0STAMP$}", at.as_nanos());
-                append(&client, &url, stamp.into_bytes()).await?;
+                append(&client, api, &url, stamp.into_bytes()).await?;
                 sent.fetch_add(1, Ordering::Relaxed);
                 if at >= from {
                     let micros = epoch.elapsed().saturating_sub(at).as_micros() as u64;
@@ -265,6 +317,7 @@ pub(crate) async fn write_stamped(
 /// acknowledgements' latency under a fixed load. Counts what is sent during `measure`.
 pub(crate) async fn fixed_rate(
     base: &str,
+    api: Api,
     run: &str,
     streams: usize,
     rate: u32,
@@ -272,10 +325,11 @@ pub(crate) async fn fixed_rate(
     measure: Duration,
 ) -> Result<AppendResult> {
     let client = client();
-    let urls = create_streams(&client, &format!("{base}/{run}-rate"), streams).await?;
+    let urls = create_streams(&client, api, &format!("{base}/{run}-rate"), streams).await?;
     let epoch = Instant::now();
     let (_, acks) = write_stamped(
         &client,
+        api,
         urls,
         f64::from(rate),
         epoch,
@@ -294,8 +348,17 @@ pub(crate) fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
     haystack.windows(needle.len()).position(|w| w == needle)
 }
 
-/// The send times in one SSE `data` event: its `data:` lines hold whole 20-digit stamps.
-pub(crate) fn stamps(event: &[u8]) -> Vec<u64> {
+/// The send times in one SSE event of `api`'s follow.
+pub(crate) fn stamps(api: Api, event: &[u8]) -> Vec<u64> {
+    match api {
+        Api::DurableStreams => durable_streams_stamps(event),
+        Api::S2 => s2_stamps(event),
+    }
+}
+
+/// The send times in one Durable Streams SSE `data` event: its `data:` lines hold whole 20-digit
+/// stamps.
+fn durable_streams_stamps(event: &[u8]) -> Vec<u64> {
     let text = String::from_utf8_lossy(event);
     if !text
         .lines()
@@ -316,8 +379,49 @@ pub(crate) fn stamps(event: &[u8]) -> Vec<u64> {
         .collect()
 }
 
+/// The records of an S2 `batch` event's JSON data (other fields ignored).
+#[derive(Deserialize)]
+struct S2Batch {
+    records: Vec<S2Record>,
+}
+
+#[derive(Deserialize)]
+struct S2Record {
+    /// In the `raw` format: the appended text.
+    #[serde(default)]
+    body: String,
+}
+
+/// The send times in one S2 SSE event: a `batch` event's data is a JSON batch of records, each
+/// body one stamp; `ping` events (heartbeats) hold none.
+fn s2_stamps(event: &[u8]) -> Vec<u64> {
+    let text = String::from_utf8_lossy(event);
+    if !text
+        .lines()
+        .any(|l| l.trim() == "event: batch" || l.trim() == "event:batch")
+    {
+        return Vec::new();
+    }
+    let data: Vec<&str> = text
+        .lines()
+        .filter_map(|l| l.strip_prefix("data:"))
+        .map(|d| d.strip_prefix(' ').unwrap_or(d))
+        .collect();
+    // A batch that does not parse yields no stamps: the measures count what arrived.
+    let Ok(batch) = serde_json::from_str::<S2Batch>(&data.join("\n")) else {
+        return Vec::new();
+    };
+    batch
+        .records
+        .iter()
+        .filter_map(|r| r.body.parse().ok())
+        .collect()
+}
+
 /// Writes one stream of `total_bytes` in `append_bytes` appends, then has `readers` readers
-/// each read it from the start `passes` times with catch-up GETs; returns MB/s read.
+/// each read it from the start `passes` times with catch-up GETs; returns MB/s read. Durable
+/// Streams servers only: S2's reads are paginated (at most 1,000 records or 1 MiB a response),
+/// so reading a stream from the start is not the same request there.
 pub(crate) async fn catch_up(
     base: &str,
     run: &str,
@@ -328,9 +432,9 @@ pub(crate) async fn catch_up(
 ) -> Result<f64> {
     let client = client();
     let url = format!("{base}/{run}-catchup");
-    create(&client, &url).await?;
+    create(&client, Api::DurableStreams, &url).await?;
     for _ in 0..total_bytes / append_bytes {
-        append(&client, &url, vec![b'r'; append_bytes]).await?;
+        append(&client, Api::DurableStreams, &url, vec![b'r'; append_bytes]).await?;
     }
     let started = Instant::now();
     let mut tasks = Vec::new();
@@ -383,7 +487,20 @@ mod tests {
     #[test]
     fn stamps_are_read_from_data_events_only() {
         let event = b"event: data\ndata:0000000000000000001200000000000000000034\n\n";
-        assert_eq!(stamps(event), vec![12, 34]);
-        assert!(stamps(b"event: control\ndata:{\"a\":1}\n\n").is_empty());
+        assert_eq!(stamps(Api::DurableStreams, event), vec![12, 34]);
+        let control = b"event: control\ndata:{\"a\":1}\n\n";
+        assert!(stamps(Api::DurableStreams, control).is_empty());
+    }
+
+    #[test]
+    fn s2_stamps_are_read_from_batch_events_only() {
+        let event = b"event: batch\nid: 1,2,40\ndata: {\"records\":[\
+            {\"seq_num\":0,\"timestamp\":5,\"body\":\"00000000000000000012\"},\
+            {\"seq_num\":1,\"timestamp\":6,\"body\":\"00000000000000000034\"}],\
+            \"tail\":{\"seq_num\":2,\"timestamp\":6}}\n\n";
+        assert_eq!(stamps(Api::S2, event), vec![12, 34]);
+        let ping =
+            b"event: ping\ndata: {\"timestamp\":1,\"tail\":{\"seq_num\":2,\"timestamp\":6}}\n\n";
+        assert!(stamps(Api::S2, ping).is_empty());
     }
 }

@@ -155,7 +155,7 @@ impl Connection {
                     stop: self.stop,
                 };
                 let slow = &self.warnings.slow_readers;
-                let answer = reader_socket::answer(socket, request, self.router, slow);
+                let answer = reader_socket::answer(socket, *request, self.router, slow);
                 // Its body is sent by a task of its own, holding only what that takes:
                 // readers are many, and mostly wait.
                 if let Some(answered) = Box::pin(answer).await {

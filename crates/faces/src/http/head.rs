@@ -16,7 +16,7 @@ const MAX_HEADERS: usize = 64;
 #[derive(Debug)]
 pub(super) enum Claim {
     /// An SSE read served on its own socket.
-    Sse(Request<Body>),
+    Sse(Box<Request<Body>>),
     /// An SSE read refused with 400 and this reason, and the connection closed.
     Refused(&'static str),
     /// hyper, from the first byte (everything else, and any head not complete in the bytes
@@ -84,7 +84,7 @@ pub(super) fn claim(bytes: &[u8]) -> Claim {
     *request.uri_mut() = uri;
     *request.version_mut() = Version::HTTP_11;
     *request.headers_mut() = map;
-    Claim::Sse(request)
+    Claim::Sse(Box::new(request))
 }
 
 /// Whether the request target's query says `live=sse`.

@@ -282,7 +282,7 @@ fn control_event(
         json.push_str(",\"upToDate\":true");
     }
     out.put_slice(b"event: control\ndata:{");
-    out.put_slice(json[1..].as_bytes());
+    out.put_slice(&json.as_bytes()[1..]);
     out.put_slice(b"}\nid: ");
     out.put_slice(next.to_string().as_bytes());
     out.put_slice(b"\n\n");
