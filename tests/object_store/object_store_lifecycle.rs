@@ -158,6 +158,14 @@ async fn copies(s3: &Seaweed, id: &str) -> Vec<String> {
     s3.keys(&format!("{PREFIX}/recordings/{}", hex(id))).await
 }
 
+/// The keys of the object naming `id`'s newest sealed copy (none or one).
+async fn named_newest(s3: &Seaweed, id: &str) -> Vec<String> {
+    let name = format!("{PREFIX}/newest/{}", hex(id));
+    let mut named = s3.keys(&format!("{PREFIX}/newest")).await;
+    named.retain(|key| *key == name);
+    named
+}
+
 /// `id`'s storage key as the object names spell it.
 fn hex(id: &str) -> String {
     format!(
@@ -445,6 +453,11 @@ async fn delete_by_another_instance_removes_the_copies_and_leaves_a_tombstone() 
         a.wait_location(id.as_bytes(), Location::LocalAndObjectStore, WAIT)
             .await;
     }
+    // The newest copy is named once it is marked sealed.
+    eventually("the copy to be named the newest", WAIT, || async {
+        (named_newest(&s3, id).await.len() == 1).then_some(())
+    })
+    .await;
     a.server.kill();
     drop(a.dir);
 
@@ -465,6 +478,7 @@ async fn delete_by_another_instance_removes_the_copies_and_leaves_a_tombstone() 
     assert!(existed);
 
     assert_eq!(copies(&s3, id).await, Vec::<String>::new());
+    assert_eq!(named_newest(&s3, id).await, Vec::<String>::new());
     assert_eq!(
         s3.keys(&format!("{PREFIX}/tombstones")).await,
         [format!("{PREFIX}/tombstones/{}", hex(id))]
@@ -480,6 +494,34 @@ async fn delete_by_another_instance_removes_the_copies_and_leaves_a_tombstone() 
         .await
         .unwrap();
     assert_eq!(replayed.text, kept_text);
+}
+
+/// A reader finds a recording's newest copy by its name, in one request, not by a listing: with
+/// the versioned copy taken out from under the name (which no seal, delete or collection
+/// does), an instance with no data of its own still replays the recording whole.
+#[tokio::test]
+async fn a_reader_finds_the_newest_copy_by_its_name_without_a_listing() {
+    let s3 = Seaweed::start();
+    let id = "find-me-by-name";
+    let a = Instance::fresh(&s3, &[], &[]);
+    let text = record(&a.server, id).await;
+    eventually("the copy to be named the newest", WAIT, || async {
+        (named_newest(&s3, id).await.len() == 1).then_some(())
+    })
+    .await;
+    a.server.kill();
+    for copy in copies(&s3, id).await {
+        use object_store::ObjectStore as _;
+        let path = object_store::path::Path::from(copy.as_str());
+        s3.store().delete(&path).await.unwrap();
+    }
+
+    let b = Instance::fresh(&s3, &[], &[]);
+    let replayed = replay_text(&b.server.recorder().await, id.as_bytes())
+        .await
+        .unwrap();
+    assert_eq!(replayed.text, text);
+    assert_eq!(replayed.status.as_deref(), Some("completed"));
 }
 
 // ---- Expiry --------------------------------------------------------------------------------
@@ -514,6 +556,10 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
             .await;
     }
     assert_eq!(copies(&s3, id).await.len(), 1);
+    eventually("the copy to be named the newest", WAIT, || async {
+        (named_newest(&s3, id).await.len() == 1).then_some(())
+    })
+    .await;
     a.server.kill();
     drop(a.dir);
 
@@ -529,6 +575,7 @@ async fn expiry_is_collected_by_other_instances_after_the_recorder_is_gone() {
         let row = instance.get(id.as_bytes()).await.unwrap();
         assert_eq!(row.status, RecordingStatus::Expired as i32, "{row:?}");
     }
+    assert_eq!(named_newest(&s3, id).await, Vec::<String>::new());
     let tombstone = format!("{PREFIX}/tombstones/{}", hex(id));
     assert_eq!(s3.keys(&format!("{PREFIX}/tombstones")).await, [tombstone]);
     // Its expiry marker went with it; the long-lived one's stays, and so does its copy.

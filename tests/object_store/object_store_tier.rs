@@ -301,7 +301,7 @@ async fn a_lost_disk_loses_no_ended_recording() {
 
 /// The names under a prefix that are the layout's own (`crates/domain/src/tier/keys.rs`); everything else in
 /// a key is the storage key in hex and zero-padded numbers.
-const FIXED_NAMES: [&str; 4] = ["recordings", "expiry", "tombstones", "forget"];
+const FIXED_NAMES: [&str; 5] = ["recordings", "newest", "expiry", "tombstones", "forget"];
 
 /// Ids that would escape the prefix, or confuse a listing or a log, if they reached a key
 /// raw. Each must come back from the object store, and the keys hold none of them.

@@ -2,7 +2,8 @@
 //! learns of ends from the live registry, and at start-up (and every few minutes) walks the GC
 //! schedule for ended recordings not sealed yet, so that a crash at any step only means the
 //! seal runs again. Upload, read back and verify, then the store marks the row (dropping the
-//! local chunks when `--local-retention` is 0); later drops run on their own schedule.
+//! local chunks when `--local-retention` is 0) and the copy is named the conversation's
+//! newest, for readers to find it in one request; later drops run on their own schedule.
 //!
 //! Producers and readers never wait on it: it only reads committed recordings and queues one
 //! small op per seal. While the object store is away it retries with backoff; the backlog
@@ -205,6 +206,11 @@ impl Sealer {
                 metrics::counter!(metric::SEALED_BYTES).increment(upload.bytes);
                 tracing::debug!(conversation = %uuid::Uuid::from_u128(key), bytes = upload.bytes,
                     "recording sealed");
+                // Only a quicker way for readers to find it: without the name, they list.
+                if let Err(err) = self.tier.name_newest(key, upload.version).await {
+                    tracing::debug!(conversation = %uuid::Uuid::from_u128(key), error = %err,
+                        "sealed copy not named the newest; readers list to find it");
+                }
                 self.stop_if(Step::Marked).await;
                 if let Some(keep) = self.settings.local_retention.filter(|k| !k.is_zero()) {
                     let at = store.clock().now_ms() + keep.as_millis() as u64;

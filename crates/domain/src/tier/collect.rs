@@ -33,6 +33,7 @@ impl Tier {
         // The tombstone goes first: a reader finds a copy while one is left and the tombstone
         // after, never neither (which would read as "unknown").
         self.bury(key, &tombstone).await?;
+        self.unname_newest(key).await?;
         for copy in self.list(&self.keys.recordings_of(key)).await? {
             self.delete(&copy.location).await?;
         }
@@ -131,6 +132,7 @@ impl Tier {
             let tombstone = sealed.header.meta.tombstone(Gone::Expired, now_ms, keep_ms);
             self.bury(key, &tombstone).await?;
         }
+        self.unname_newest(key).await?;
         self.delete(&path).await?;
         Ok(true)
     }

@@ -4,13 +4,15 @@
 //!
 //! ```text
 //! PREFIX/recordings/KEY/CREATED-GENERATION-FINISHED   a sealed recording (one per end)
+//! PREFIX/newest/KEY                                   a copy of the newest of them, if named
 //! PREFIX/expiry/EXPIRES/KEY/CREATED-GENERATION-FINISHED   when that copy is collected
 //! PREFIX/tombstones/KEY                               a deleted or collected recording
 //! PREFIX/forget/FORGOTTEN/KEY                         when that tombstone goes
 //! ```
 //!
 //! Numbers are 20 digits, so names sort as their numbers do: a conversation's newest copy is
-//! its last name, and the schedules list in time order.
+//! its last name, and the schedules list in time order. `newest/KEY` lets a reader find that
+//! copy with one request instead of a listing and a read (see `newest`).
 use object_store::path::Path;
 
 /// One sealed copy of a recording: the recording it is, and the end it holds.
@@ -74,6 +76,11 @@ impl Keys {
     /// One sealed copy.
     pub fn recording(&self, key: u128, version: Version) -> Path {
         self.under(&["recordings", &hex(key), &version.name()])
+    }
+
+    /// The copy of conversation `key`'s newest sealed copy (see `newest`).
+    pub fn newest(&self, key: u128) -> Path {
+        self.under(&["newest", &hex(key)])
     }
 
     /// The marker that has copy `version` collected at `expires_ms`.
@@ -189,6 +196,7 @@ mod tests {
             let key = ConversationId::parse(raw).unwrap().key();
             for path in [
                 keys().recording(key, version),
+                keys().newest(key),
                 keys().expiry(9, key, version),
                 keys().tombstone(key),
                 keys().forget(9, key),

@@ -7,13 +7,15 @@
 //!   object (header, then bytes).
 //! - `seal`: upload, then read back and verify. The recorder's sealer (`recorder/sealer.rs`)
 //!   drives it for every ended recording and has the store mark what was verified.
-//! - `remote`: finding and reading a sealed recording (range reads); `listing`: pages of the
+//! - `remote`: finding and reading a sealed recording (range reads), by the name `newest` keeps
+//!   for its newest copy when there is one; `listing`: pages of the
 //!   conversations it holds, in key order; `collect`: delete, and
 //!   the expiry of copies whose recorder may be gone (any instance collects; racing
 //!   collectors are harmless).
 mod collect;
 mod keys;
 mod listing;
+mod newest;
 mod remote;
 mod seal;
 pub mod sealed;

@@ -1,5 +1,6 @@
 //! Finding a sealed recording in the object store and reading it: its header and the start of
-//! its data in one request, then the rest a window at a time. Each request to an object store
+//! its data in one request (by the name of its newest copy, else after a listing), then the
+//! rest a window at a time. Each request to an object store
 //! costs milliseconds, so a reader going through a recording makes as few as it can: a
 //! recording of up to [`FIRST_READ`] is read with the header, a longer one a
 //! [`READ_AHEAD`] window per request, however small the messages it is replayed in.
@@ -44,11 +45,21 @@ pub struct Sealed {
 
 impl Tier {
     /// What the object store holds of conversation `key`: its newest sealed copy, else its
-    /// tombstone (until that is forgotten, at `now_ms`), else `None`.
+    /// tombstone (until that is forgotten, at `now_ms`), else `None`. The newest copy is read
+    /// by its name when it has one (one request), else found by a listing.
     ///
     /// Fails with `ObjectStoreUnavailable`, or `Corrupt` for an object that is not a sealed
     /// recording.
     pub async fn find(&self, key: u128, now_ms: u64) -> Result<Option<Remote>> {
+        if let Some(sealed) = self.read_sealed(key, self.keys.newest(key)).await? {
+            // Later reads go to the versioned copy it is a copy of: that one never changes.
+            let version = sealed.version()?;
+            let sealed = Sealed {
+                path: self.keys.recording(key, version),
+                ..sealed
+            };
+            return Ok(Some(Remote::Sealed(Arc::new(sealed))));
+        }
         let listed = self.list(&self.keys.recordings_of(key)).await?;
         let newest = listed
             .iter()
@@ -72,7 +83,15 @@ impl Tier {
     ///
     /// Fails as [`find`](Self::find) does.
     pub async fn open_sealed(&self, key: u128, version: Version) -> Result<Option<Arc<Sealed>>> {
-        let path = self.keys.recording(key, version);
+        let sealed = self
+            .read_sealed(key, self.keys.recording(key, version))
+            .await?;
+        Ok(sealed.map(Arc::new))
+    }
+
+    /// The sealed copy of conversation `key` at `path`, its header read, with the data that
+    /// came with it; `None` when there is no such object.
+    async fn read_sealed(&self, key: u128, path: Path) -> Result<Option<Sealed>> {
         let Some(first) = self.read_up_to(&path, FIRST_READ).await? else {
             return Ok(None);
         };
@@ -91,13 +110,13 @@ impl Tier {
                 detail: format!("the object {path} holds another conversation"),
             });
         }
-        Ok(Some(Arc::new(Sealed {
+        Ok(Some(Sealed {
             tier: self.clone(),
             path,
             data_start,
             header,
             window: Mutex::new((0, window)),
-        })))
+        }))
     }
 
     /// The first `len` bytes of the object at `path` (all of it, if it is shorter); `None` if
@@ -117,6 +136,11 @@ impl Tier {
 }
 
 impl Sealed {
+    /// The version this copy is, as its header says.
+    fn version(&self) -> Result<Version> {
+        super::seal::version_of_ended(&self.header.meta)
+    }
+
     /// Chunks from `from` on, up to `max_bytes` of them (at least one): from the bytes held,
     /// else with one range read of at least [`READ_AHEAD`] bytes, which are held for the next.
     ///

@@ -1,13 +1,14 @@
 //! Sealing one ended recording: its expiry marker first (so that even a copy never marked is
 //! collected in time), then the object, then a read-back that must match byte for byte.
-//! Only then may the store mark it; every step may be repeated after a crash (the names are
-//! the recording's own, so a repeat overwrites with the same bytes).
+//! Only then may the store mark it, and the copy be named the newest (`newest`). Every step
+//! may be repeated after a crash (the names are the recording's own, so a repeat overwrites
+//! with the same bytes).
 use bytes::Bytes;
 
 use super::sealed::{self, Header};
 use super::{Tier, Version};
 use crate::error::{Error, Result};
-use crate::store::RecordingCopy;
+use crate::store::{RecordingCopy, RecordingMeta};
 
 /// The steps of a seal, in order, for logs and for the crash tests' stopping points.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,22 +44,17 @@ pub struct Upload {
 impl Tier {
     /// The version `copy` is sealed as.
     pub fn version_of(copy: &RecordingCopy) -> Result<Version> {
-        let finished_ms = copy.meta.finished_ms.ok_or_else(|| Error::Corrupt {
-            detail: "an ended recording has no end time".into(),
-        })?;
-        Ok(Version {
-            created_ms: copy.meta.created_ms,
-            generation: copy.meta.generation,
-            finished_ms,
-        })
+        version_of_ended(&copy.meta)
     }
 
-    /// Writes `copy` of conversation `key` and its expiry marker.
+    /// Writes `copy` of conversation `key` and its expiry marker (the name of its newest copy
+    /// taken away first: see `newest`).
     ///
     /// Fails with `ObjectStoreUnavailable`.
     pub async fn upload(&self, key: u128, copy: &RecordingCopy) -> Result<(Upload, Header)> {
         let version = Self::version_of(copy)?;
         let (object, header) = sealed::encode(key, copy)?;
+        self.unname_newest(key).await?;
         let expires_ms = expiry_of(copy);
         self.put(&self.keys.expiry(expires_ms, key, version), Bytes::new())
             .await?;
@@ -78,6 +74,18 @@ impl Tier {
             None => Ok(false),
         }
     }
+}
+
+/// The version a recording that ended as `meta` says is sealed as.
+pub(super) fn version_of_ended(meta: &RecordingMeta) -> Result<Version> {
+    let finished_ms = meta.finished_ms.ok_or_else(|| Error::Corrupt {
+        detail: "an ended recording has no end time".into(),
+    })?;
+    Ok(Version {
+        created_ms: meta.created_ms,
+        generation: meta.generation,
+        finished_ms,
+    })
 }
 
 /// When a sealed copy is collected: its recording's expiry, or sooner, a stream's own
