@@ -80,18 +80,27 @@ pub(crate) async fn fan_out(
         .map(|(n, url)| {
             let client = clients[n / READERS_PER_ADDRESS].clone();
             async move {
-                let response = follow(&client, api, url).send().await.ok()?;
-                response.status().is_success().then_some(response)
+                let response = match follow(&client, api, url).send().await {
+                    Ok(response) if response.status().is_success() => response,
+                    Ok(response) => return Err(format!("answered {}", response.status())),
+                    Err(err) => return Err(format!("{err:?}")),
+                };
+                Ok(response)
             }
         })
         .buffer_unordered(CONNECTING)
         .collect()
         .await;
     let mut tasks = Vec::with_capacity(readers);
+    let mut first_refusal = None;
     for response in responses {
-        let Some(response) = response else {
-            errors.fetch_add(1, Ordering::Relaxed);
-            continue;
+        let response = match response {
+            Ok(response) => response,
+            Err(why) => {
+                errors.fetch_add(1, Ordering::Relaxed);
+                first_refusal.get_or_insert(why);
+                continue;
+            }
         };
         let (mut stopped, received, errors) = (stopped.clone(), received.clone(), errors.clone());
         let (histogram, record_from) = (histogram.clone(), record_from.clone());
@@ -127,10 +136,17 @@ pub(crate) async fn fan_out(
             }
         }));
     }
+    if let Some(why) = first_refusal {
+        eprintln!(
+            "   {} of {readers} readers were not served; the first: {why}",
+            readers - tasks.len()
+        );
+    }
     tokio::time::sleep(IDLE).await;
     let rss_idle = procfs::memory(Some(pid)).context("the server's memory")?;
+    // Per reader the server holds: one that was refused holds nothing.
     let rss_per_reader_kib =
-        rss_idle.rss_kib.saturating_sub(rss_before.rss_kib) as f64 / readers.max(1) as f64;
+        rss_idle.rss_kib.saturating_sub(rss_before.rss_kib) as f64 / tasks.len().max(1) as f64;
 
     // The writers' clock starts now: stamps are times since `epoch`.
     let started = epoch.elapsed();

@@ -24,8 +24,9 @@ use crate::tier::Tier;
 pub struct Deck {
     pub(super) store: Store,
     pub(super) registry: Arc<Registry>,
-    /// The object store ended recordings are sealed into, when there is one.
-    pub(super) tier: Option<Tier>,
+    /// The object store ended recordings are sealed into, when there is one. Boxed: every
+    /// replay holds a deck, and many readers wait in one.
+    pub(super) tier: Option<Arc<Tier>>,
 }
 
 impl Deck {
@@ -192,7 +193,7 @@ impl Deck {
 
     /// The object store ended recordings are sealed into, if there is one.
     pub fn tier(&self) -> Option<&Tier> {
-        self.tier.as_ref()
+        self.tier.as_deref()
     }
 
     /// Resolves at the next change of the registry. Enable it (or poll it) before looking, so

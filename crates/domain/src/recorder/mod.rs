@@ -137,7 +137,7 @@ impl Recorder {
     /// This recorder, sealing ended recordings into `tier` and reading there what is not
     /// local. Set before the recorder is shared.
     pub fn with_tier(mut self, tier: Tier) -> Self {
-        self.deck.tier = Some(tier);
+        self.deck.tier = Some(Arc::new(tier));
         self
     }
 

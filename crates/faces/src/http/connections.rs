@@ -152,7 +152,6 @@ impl Connection {
                 let socket = ReaderSocket {
                     stream: self.stream,
                     timeout: self.timeout,
-                    stop: self.stop,
                 };
                 let slow = &self.warnings.slow_readers;
                 let answer = reader_socket::answer(socket, *request, self.router, slow);

@@ -10,7 +10,6 @@
 //! once the last one is written. A reader that takes longer than `--http-request-timeout` to
 //! take one is cut, with a warning and `tapedeck_http_slow_readers_cut_total`. A reader that
 //! closes its end is noticed at once, as hyper would.
-use std::future::poll_fn;
 use std::io::Write as _;
 use std::sync::Arc;
 use std::time::Duration;
@@ -22,7 +21,6 @@ use http::{HeaderMap, Request};
 use http_body::Body as _;
 use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
-use tokio_util::sync::CancellationToken;
 use tower_service::Service;
 
 use super::connections::{Warning, Warnings};
@@ -33,8 +31,6 @@ pub(super) struct ReaderSocket {
     pub(super) stream: TcpStream,
     /// Longest one event may take to be written (`--http-request-timeout`).
     pub(super) timeout: Duration,
-    /// Ends the response (as a shutdown ends hyper's) when cancelled.
-    pub(super) stop: CancellationToken,
 }
 
 /// A response whose head is written, and its body, to be sent.
@@ -59,7 +55,16 @@ pub(super) async fn answer(
     let (parts, body) = response.into_parts();
     let length = body.size_hint().exact();
     let head = response_head(parts.status, &parts.headers, length);
-    write(&mut socket, &head[..], slow).await.ok()?;
+    let written = tokio::time::timeout(socket.timeout, socket.stream.write_all(&head)).await;
+    match written {
+        Ok(Ok(())) => {}
+        // The client went away.
+        Ok(Err(_)) => return None,
+        Err(_) => {
+            cut(slow, socket.timeout, head.len());
+            return None;
+        }
+    }
     Some(Answered {
         socket,
         body,
@@ -102,48 +107,190 @@ impl Answered {
 
     /// Sends the body, then closes the connection; `held` (its place among the connections)
     /// is let go then.
-    pub(super) async fn send(mut self, warnings: Arc<Warnings>, held: impl Send) {
-        let slow = &warnings.slow_readers;
-        let stop = self.socket.stop.clone();
-        loop {
-            let frame = tokio::select! {
-                next = poll_fn(|cx| self.poll_next(cx)) => match next {
-                    Next::Frame(frame) => frame,
-                    Next::Gone => return,
-                },
-                () = stop.cancelled() => None,
-            };
-            let data = match frame {
-                Some(Ok(frame)) => match frame.into_data() {
-                    Ok(data) => data,
-                    Err(_) => continue, // trailers: none on this face
-                },
-                // The response failed midway: the client sees the body cut short, as with
-                // hyper.
-                Some(Err(_)) => return,
-                None => break,
-            };
-            if data.is_empty() {
-                continue;
-            }
-            let written = match self.chunked {
-                true => write(&mut self.socket, chunk(data), slow).await,
-                false => write(&mut self.socket, data, slow).await,
-            };
-            if written.is_err() {
-                return;
-            }
+    pub(super) fn send<H: Unpin>(self, warnings: Arc<Warnings>, held: H) -> Sending<H> {
+        Sending {
+            answered: self,
+            warnings,
+            held: Some(held),
+            pending: None,
+            body_ended: false,
         }
-        if self.chunked
-            && write(&mut self.socket, &b"0\r\n\r\n"[..], slow)
-                .await
-                .is_err()
-        {
-            return;
-        }
-        let _ = self.socket.stream.shutdown().await;
-        drop(held);
     }
+}
+
+/// A response's body being sent (see [`Answered::send`]). Written as a future by hand, not an
+/// `async fn`, because a reader waits in it for long and its size is every reader's cost: it
+/// holds the socket, the body and what it needs to send them, and a write the socket did not
+/// take at once is boxed with its timer. A shutdown ends the body (the recorder's stop, which
+/// comes first, ends every SSE read), and so this.
+pub(super) struct Sending<H> {
+    answered: Answered,
+    warnings: Arc<Warnings>,
+    /// Let go once the connection is closed.
+    held: Option<H>,
+    /// The rest of a write the socket did not take at once.
+    pending: Option<Box<Pending>>,
+    /// The body has ended (its last chunk is written or pending): the socket is shut next.
+    body_ended: bool,
+}
+
+/// The rest of a write, and when the reader is cut if it has not taken it.
+struct Pending {
+    bytes: Framed,
+    /// Its length when it began, for the warning.
+    length: usize,
+    deadline: std::pin::Pin<Box<tokio::time::Sleep>>,
+}
+
+/// Bytes as they go on the wire: a chunk's length line, its data, its line end (for a body
+/// that is not chunked, the data alone).
+type Framed = bytes::buf::Chain<bytes::buf::Chain<Bytes, Bytes>, &'static [u8]>;
+
+/// What the loop does next.
+enum Step {
+    /// Poll again: there may be more to do at once.
+    Again,
+    /// Wait for a wake-up.
+    Wait,
+    /// Done: the connection is closed (or given up on).
+    Done,
+}
+
+impl<H: Unpin> std::future::Future for Sending<H> {
+    type Output = ();
+
+    fn poll(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<()> {
+        use std::task::Poll;
+        let this = self.get_mut();
+        loop {
+            let step = match this.pending.is_some() {
+                true => this.poll_pending(cx),
+                false if this.body_ended => this.poll_shutdown(cx),
+                false => this.poll_body(cx),
+            };
+            match step {
+                Step::Again => continue,
+                Step::Wait => return Poll::Pending,
+                Step::Done => {
+                    this.held.take();
+                    return Poll::Ready(());
+                }
+            }
+        }
+    }
+}
+
+impl<H> Sending<H> {
+    /// Takes the body's next frame and writes it, or notices the client gone.
+    fn poll_body(&mut self, cx: &mut std::task::Context<'_>) -> Step {
+        let frame = match self.answered.poll_next(cx) {
+            std::task::Poll::Pending => return Step::Wait,
+            std::task::Poll::Ready(Next::Gone) => return Step::Done,
+            std::task::Poll::Ready(Next::Frame(frame)) => frame,
+        };
+        let chunked = self.answered.chunked;
+        let bytes = match frame {
+            Some(Ok(frame)) => match frame.into_data() {
+                Ok(data) if data.is_empty() => return Step::Again,
+                Ok(data) if chunked => chunk(data),
+                Ok(data) => Bytes::new().chain(data).chain(&b""[..]),
+                Err(_) => return Step::Again, // trailers: none on this face
+            },
+            // The response failed midway: the client sees the body cut short, as with hyper.
+            Some(Err(_)) => return Step::Done,
+            None => {
+                self.body_ended = true;
+                if !chunked {
+                    return Step::Again;
+                }
+                Bytes::new()
+                    .chain(Bytes::from_static(b"0\r\n\r\n"))
+                    .chain(&b""[..])
+            }
+        };
+        self.write(bytes)
+    }
+
+    /// Writes `bytes` at once if the socket takes them all (most writes); else holds the rest,
+    /// to be written within the timeout.
+    fn write(&mut self, mut bytes: Framed) -> Step {
+        let length = bytes.remaining();
+        let mut slices = [std::io::IoSlice::new(&[]); 3];
+        let n = bytes.chunks_vectored(&mut slices);
+        match self.answered.socket.stream.try_write_vectored(&slices[..n]) {
+            Ok(written) => bytes.advance(written),
+            Err(err) if err.kind() == std::io::ErrorKind::WouldBlock => {}
+            // The client went away.
+            Err(_) => return Step::Done,
+        }
+        if bytes.has_remaining() {
+            let deadline = Box::pin(tokio::time::sleep(self.answered.socket.timeout));
+            self.pending = Some(Box::new(Pending {
+                bytes,
+                length,
+                deadline,
+            }));
+        }
+        Step::Again
+    }
+
+    /// Writes what is pending as the socket takes it; cuts the reader when its time is up.
+    fn poll_pending(&mut self, cx: &mut std::task::Context<'_>) -> Step {
+        use std::task::Poll;
+        use tokio::io::AsyncWrite;
+        let Some(pending) = self.pending.as_deref_mut() else {
+            return Step::Again;
+        };
+        let stream = std::pin::Pin::new(&mut self.answered.socket.stream);
+        let mut slices = [std::io::IoSlice::new(&[]); 3];
+        let n = pending.bytes.chunks_vectored(&mut slices);
+        match stream.poll_write_vectored(cx, &slices[..n]) {
+            Poll::Ready(Ok(0)) | Poll::Ready(Err(_)) => return Step::Done,
+            Poll::Ready(Ok(written)) => {
+                pending.bytes.advance(written);
+                if !pending.bytes.has_remaining() {
+                    self.pending = None;
+                }
+                return Step::Again;
+            }
+            Poll::Pending => {}
+        }
+        if pending.deadline.as_mut().poll(cx).is_pending() {
+            return Step::Wait;
+        }
+        cut(
+            &self.warnings.slow_readers,
+            self.answered.socket.timeout,
+            pending.length,
+        );
+        Step::Done
+    }
+
+    /// Closes the sending side once everything is written.
+    fn poll_shutdown(&mut self, cx: &mut std::task::Context<'_>) -> Step {
+        use tokio::io::AsyncWrite;
+        let stream = std::pin::Pin::new(&mut self.answered.socket.stream);
+        match stream.poll_shutdown(cx) {
+            std::task::Poll::Pending => Step::Wait,
+            std::task::Poll::Ready(_) => Step::Done,
+        }
+    }
+}
+
+/// Counts and warns of a reader cut for not taking `pending_bytes` within `timeout`.
+fn cut(slow: &Warning, timeout: Duration, pending_bytes: usize) {
+    metrics::counter!(metric::HTTP_SLOW_READERS_CUT).increment(1);
+    slow.bite(|cut| {
+        tracing::warn!(
+            timeout = %humantime::format_duration(timeout),
+            pending_bytes,
+            cut,
+            "an SSE reader did not take an event in time (--http-request-timeout); connection closed"
+        )
+    });
 }
 
 /// The status line and headers of `status` and `headers`, with the framing of a body of
@@ -184,33 +331,10 @@ fn response_head(status: http::StatusCode, headers: &HeaderMap, length: Option<u
 
 /// `data` as one chunk of a chunked body: its length, itself, a line end (written in one
 /// vectored write, without a copy).
-fn chunk(data: Bytes) -> impl Buf {
+fn chunk(data: Bytes) -> Framed {
     let mut length = Vec::with_capacity(10);
     let _ = write!(length, "{:x}\r\n", data.len());
     Bytes::from(length).chain(data).chain(&b"\r\n"[..])
-}
-
-/// Writes `bytes`, within the timeout; a reader too slow for it is cut.
-async fn write(socket: &mut ReaderSocket, mut bytes: impl Buf, slow: &Warning) -> Result<(), ()> {
-    let pending = bytes.remaining();
-    match tokio::time::timeout(socket.timeout, socket.stream.write_all_buf(&mut bytes)).await {
-        Ok(Ok(())) => Ok(()),
-        // The client went away.
-        Ok(Err(_)) => Err(()),
-        Err(_) => {
-            metrics::counter!(metric::HTTP_SLOW_READERS_CUT).increment(1);
-            let timeout = socket.timeout;
-            slow.bite(|cut| {
-                tracing::warn!(
-                    timeout = %humantime::format_duration(timeout),
-                    pending_bytes = pending,
-                    cut,
-                    "an SSE reader did not take an event in time (--http-request-timeout); connection closed"
-                )
-            });
-            Err(())
-        }
-    }
 }
 
 #[cfg(test)]
