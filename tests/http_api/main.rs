@@ -9,3 +9,4 @@ mod http_face;
 mod http_limits;
 mod http_stop;
 mod reader_socket;
+mod sse_waits;

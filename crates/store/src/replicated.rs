@@ -132,6 +132,12 @@ impl Store {
         self.inner.applied.subscribe()
     }
 
+    /// Wakes every waiter on [`applied_changes`](Self::applied_changes) once, with nothing
+    /// applied: they look again, and wait again.
+    pub fn nudge_applied_waiters(&self) {
+        self.inner.applied.send_modify(|_| {});
+    }
+
     /// Applies one committed log entry: its `changes`, if it carries a commit, and `state`,
     /// what the cluster keeps of it, in one transaction; made durable with `checkpoint`.
     /// Blocking: call it from `spawn_blocking`.

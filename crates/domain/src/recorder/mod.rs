@@ -29,6 +29,7 @@ pub mod gauges;
 mod info;
 mod limits;
 mod live_check;
+mod nudges;
 mod producer;
 mod progress;
 mod queries;
@@ -58,6 +59,7 @@ pub use info::{
 };
 pub use limits::SizeRefused;
 pub use live_check::MAX_CHECK_IDS;
+pub use nudges::ReaderNudge;
 pub use producer::{Producer, Stopped, not_completed_message};
 pub use progress::{Progress, Status};
 pub use registry::{LivePolicy, OnConflict};
@@ -246,6 +248,8 @@ impl Recorder {
         self.shutting_down.store(true, Ordering::SeqCst);
         self.deck.stop_grace().await;
         self.stopping.cancel();
+        // Readers wait for a change only: woken, they see the stop.
+        self.nudge_readers();
         for tape in self.deck.live_tapes() {
             tape.producer_detached().await;
         }

@@ -175,6 +175,7 @@ pub async fn serve(
     }
     tracing::info!(%addr, "HTTP face (Durable Streams) listening");
     let sweeper = tokio::spawn(sweep(face.clone(), sweep_interval));
+    let nudging = tokio::spawn(sse::nudge_readers(face.recorder.clone()));
     let releasing = face.clone();
     let release = tokio::spawn(async move {
         releasing.recorder.stopping().cancelled().await;
@@ -188,6 +189,7 @@ pub async fn serve(
     )
     .await;
     sweeper.abort();
+    nudging.abort();
     release.abort();
     Ok(())
 }

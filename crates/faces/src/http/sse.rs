@@ -3,10 +3,13 @@
 //! comments while idle; the connection ends at EOF, or after a minute for the client to
 //! reconnect from its last offset.
 //!
+//! A waiting reader holds no timer: the face nudges every live stream's readers every few
+//! seconds, and each then sends a keepalive comment if one is due, or ends its connection.
+//!
 //! Each control event also carries its offset as the SSE event id (a tapedeck extension): a
 //! browser's EventSource sends it back as `Last-Event-ID` when it reconnects by itself, and
 //! the read resumes there, not at the URL's original offset, so nothing arrives twice.
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::body::Body;
 use base64::Engine;
@@ -31,6 +34,31 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Connections end after this long, as the protocol recommends, for caches to collapse
 /// reconnecting clients.
 const MAX_CONNECTION: Duration = Duration::from_secs(60);
+
+/// How often the readers of every live stream are nudged to look at their clock (see
+/// [`nudge_readers`]): a keepalive goes out within this long after it is due, and a connection
+/// ends within this long after `MAX_CONNECTION`.
+const NUDGE_EVERY: Duration = Duration::from_secs(5);
+/// Most steps a round of nudges is spread over (each a sleep of at least 10 ms).
+const NUDGE_STEPS: usize = 500;
+
+/// Nudges the readers of every live stream once every [`NUDGE_EVERY`], a few streams at a
+/// time, spread over it: never every reader in one burst. A waiting reader holds no timer of
+/// its own (see `next_event`). Runs until aborted.
+pub(crate) async fn nudge_readers(recorder: crate::recorder::Recorder) {
+    loop {
+        let nudges = recorder.reader_nudges();
+        let steps = nudges.len().clamp(1, NUDGE_STEPS);
+        let pause = NUDGE_EVERY / steps as u32;
+        for some in nudges.chunks(nudges.len().div_ceil(steps).max(1)) {
+            some.iter().for_each(|nudge| nudge.nudge());
+            tokio::time::sleep(pause).await;
+        }
+        if nudges.is_empty() {
+            tokio::time::sleep(pause).await;
+        }
+    }
+}
 
 /// How a stream's bytes are written into `data` events.
 #[derive(Clone, Copy, PartialEq, Eq)]
@@ -92,6 +120,8 @@ struct Events {
     first: bool,
     /// Text read but not yet sent: the first bytes of a character whose rest is not committed.
     held: Vec<u8>,
+    /// When a keepalive is due, if nothing is sent before.
+    keepalive_at: Instant,
 }
 
 /// The event stream of `reader`.
@@ -101,13 +131,15 @@ fn events(
     cursor_param: Option<String>,
     stop: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
-    let deadline = tokio::time::Instant::now() + MAX_CONNECTION;
+    let now = Instant::now();
+    let deadline = now + MAX_CONNECTION;
     // Boxed: moved from one event to the next, it is never copied twice into a future.
     let state = Some(Box::new(Events {
         reader,
         cursor: cursor_param,
         first: true,
         held: Vec::new(),
+        keepalive_at: now + KEEPALIVE,
     }));
     futures::stream::unfold(state, move |state| {
         next_event(state, encoding, stop.clone(), deadline)
@@ -116,12 +148,14 @@ fn events(
 
 /// The next event of the stream `state` is at, and where it is after it; `None` once it has
 /// ended. A caught-up reader waits here for long, so the future is kept small: reads are
-/// boxed, and the wait is only for a change.
+/// boxed, and the wait is only for a change, with no timer: readers are nudged every few
+/// seconds (see `keepalive`) and at the recorder's stop, and look at the time and the stop
+/// then.
 async fn next_event(
     state: Option<Box<Events>>,
     encoding: Encoding,
     stop: tokio_util::sync::CancellationToken,
-    deadline: tokio::time::Instant,
+    deadline: Instant,
 ) -> Option<(Result<Bytes, std::convert::Infallible>, Option<Box<Events>>)> {
     let mut state = state?;
     let mut batch = Vec::new();
@@ -147,25 +181,27 @@ async fn next_event(
             break;
         }
         // Caught up: wait for more, with a keepalive comment after a quiet while.
-        let keepalive_at = tokio::time::Instant::now() + KEEPALIVE;
-        tokio::select! {
-            () = stop.cancelled() => return None,
-            () = tokio::time::sleep_until(deadline.min(keepalive_at)) => {
-                if deadline <= keepalive_at {
-                    return None;
-                }
-                let keepalive = Bytes::from_static(b": keepalive\n\n");
-                state.first = false;
-                return Some((Ok(keepalive), Some(state)));
-            }
-            () = reader.changed() => {}
+        if stop.is_cancelled() {
+            return None;
         }
+        let now = Instant::now();
+        if now >= deadline {
+            return None;
+        }
+        if now >= state.keepalive_at {
+            state.keepalive_at = now + KEEPALIVE;
+            state.first = false;
+            let keepalive = Bytes::from_static(b": keepalive\n\n");
+            return Some((Ok(keepalive), Some(state)));
+        }
+        reader.changed().await;
     }
     let Events {
         reader,
         cursor,
         first,
         held,
+        keepalive_at,
     } = &mut *state;
     let closed = reader.ended();
     let mut out = BytesMut::new();
@@ -200,6 +236,7 @@ async fn next_event(
     );
     *cursor = next_cursor;
     *first = false;
+    *keepalive_at = Instant::now() + KEEPALIVE;
     Some((Ok(out.freeze()), (!closed).then_some(state)))
 }
 

@@ -82,6 +82,12 @@ pub(super) struct Opening {
 }
 
 impl Tape {
+    /// Wakes every reader waiting on this tape once, with nothing new: each looks again (at
+    /// its own clock, say) and waits again.
+    pub(crate) fn nudge_readers(&self) {
+        self.progress.send_modify(|_| {});
+    }
+
     pub(super) fn new(id: ConversationId, opening: Opening, registry: Weak<Registry>) -> Self {
         let progress = Progress {
             chunks: opening.chunks,
