@@ -90,3 +90,44 @@ pub(crate) fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
     let lines = body.lines().map(|l| Ok(l.to_string()));
     prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format")
 }
+
+/// The value of the sample `name` whose labels include `labels` (a histogram's: its count).
+pub(crate) fn metric_value(
+    scrape: &prometheus_parse::Scrape,
+    name: &str,
+    labels: &[(&str, &str)],
+) -> Option<f64> {
+    use prometheus_parse::Value;
+    scrape
+        .samples
+        .iter()
+        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
+        .map(|s| match &s.value {
+            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
+            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
+            Value::Summary(_) => f64::NAN,
+        })
+}
+
+/// Reads `stream` until `text` has arrived, within `within` (the test fails otherwise, or if
+/// the stream closes first); returns all it read.
+pub(crate) async fn read_until(
+    stream: &mut tokio::net::TcpStream,
+    text: &str,
+    within: std::time::Duration,
+) -> String {
+    use tokio::io::AsyncReadExt;
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    let deadline = tokio::time::Instant::now() + within;
+    while !String::from_utf8_lossy(&got).contains(text) {
+        let read = tokio::time::timeout_at(deadline, stream.read(&mut buf)).await;
+        let text_so_far = || String::from_utf8_lossy(&got).into_owned();
+        let n = read
+            .unwrap_or_else(|_| panic!("{text:?} never came; got {:?}", text_so_far()))
+            .unwrap();
+        assert!(n > 0, "closed before {text:?}: {:?}", text_so_far());
+        got.extend_from_slice(&buf[..n]);
+    }
+    String::from_utf8_lossy(&got).into_owned()
+}

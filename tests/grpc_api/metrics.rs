@@ -6,23 +6,8 @@ use crate::common;
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use common::{BinaryServer, Recording, WAIT, replay_text, scrape};
-use prometheus_parse::{Sample, Scrape, Value};
-
-/// The value of the sample `name` whose labels include `labels`.
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s: &&Sample| {
-            s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v))
-        })
-        .map(|s| match &s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            Value::Histogram(buckets) => buckets.last().map_or(0.0, |b| b.count),
-            Value::Summary(_) => f64::NAN,
-        })
-}
+use common::{BinaryServer, Recording, WAIT, metric_value, replay_text, scrape};
+use prometheus_parse::Scrape;
 
 /// Scrapes until `done` accepts a scrape.
 fn scrape_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) -> Scrape {
@@ -54,30 +39,33 @@ async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
         recording.send(token).await;
     }
     let during = scrape_until(metrics, "three tokens appended, one live recording", |s| {
-        value(s, "tapedeck_appended_tokens_total", &[]) >= Some(3.0)
-            && value(s, "tapedeck_live_recordings", &[]) == Some(1.0)
+        metric_value(s, "tapedeck_appended_tokens_total", &[]) >= Some(3.0)
+            && metric_value(s, "tapedeck_live_recordings", &[]) == Some(1.0)
     });
     assert_eq!(
-        value(&during, "grpc_server_started_total", &record),
+        metric_value(&during, "grpc_server_started_total", &record),
         Some(1.0)
     );
     assert_eq!(
-        value(&during, "grpc_server_msg_received_total", &record),
+        metric_value(&during, "grpc_server_msg_received_total", &record),
         Some(4.0)
     );
     assert_eq!(
-        value(&during, "tapedeck_appended_bytes_total", &[]),
+        metric_value(&during, "tapedeck_appended_bytes_total", &[]),
         Some(13.0)
     );
     assert_eq!(
-        value(&during, "tapedeck_producers", &[("state", "attached")]),
+        metric_value(&during, "tapedeck_producers", &[("state", "attached")]),
         Some(1.0)
     );
-    assert!(value(&during, "tapedeck_commits_total", &[]) >= Some(1.0));
-    assert!(value(&during, "tapedeck_commit_fsync_seconds", &[]) >= Some(1.0));
-    assert!(value(&during, "tapedeck_database_file_bytes", &[]) > Some(0.0));
-    assert_eq!(value(&during, "tapedeck_disk_full", &[]), Some(0.0));
-    assert_eq!(value(&during, "grpc_server_handled_total", &record), None);
+    assert!(metric_value(&during, "tapedeck_commits_total", &[]) >= Some(1.0));
+    assert!(metric_value(&during, "tapedeck_commit_fsync_seconds", &[]) >= Some(1.0));
+    assert!(metric_value(&during, "tapedeck_database_file_bytes", &[]) > Some(0.0));
+    assert_eq!(metric_value(&during, "tapedeck_disk_full", &[]), Some(0.0));
+    assert_eq!(
+        metric_value(&during, "grpc_server_handled_total", &record),
+        None
+    );
 
     recording.complete().await.unwrap();
     assert_eq!(
@@ -88,20 +76,20 @@ async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
         "one two three"
     );
     let after = scrape_until(metrics, "the Record call handled", |s| {
-        value(
+        metric_value(
             s,
             "grpc_server_handled_total",
             &[("grpc_method", "Record"), ("grpc_code", "OK")],
         ) == Some(1.0)
-            && value(s, "tapedeck_live_recordings", &[]) == Some(0.0)
+            && metric_value(s, "tapedeck_live_recordings", &[]) == Some(0.0)
     });
     let replay = [("grpc_method", "Replay"), ("grpc_type", "server_stream")];
     assert_eq!(
-        value(&after, "grpc_server_msg_sent_total", &replay),
+        metric_value(&after, "grpc_server_msg_sent_total", &replay),
         Some(1.0)
     );
     assert_eq!(
-        value(
+        metric_value(
             &after,
             "grpc_server_handling_seconds",
             &[("grpc_method", "Record")]
@@ -118,7 +106,7 @@ async fn metrics_move_during_a_recording_and_every_call_is_logged_once() {
         .await;
     assert!(unknown.is_err());
     scrape_until(metrics, "the refused Cancel handled", |s| {
-        value(
+        metric_value(
             s,
             "grpc_server_handled_total",
             &[("grpc_method", "Cancel"), ("grpc_code", "InvalidArgument")],
@@ -184,7 +172,7 @@ async fn an_http_refusal_is_counted_once() {
 
     let counted = scrape(metrics);
     let refusals = |reason| {
-        value(
+        metric_value(
             &counted,
             "tapedeck_auth_refusals_total",
             &[("reason", reason)],
@@ -228,10 +216,10 @@ async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
         .unwrap();
     assert_eq!(sse.status(), 200);
     let open = scrape_until(metrics, "one SSE reader open", |s| {
-        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
+        metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
     });
     assert_eq!(
-        value(
+        metric_value(
             &open,
             "tapedeck_http_requests_total",
             &[("method", "PUT"), ("code", "201")]
@@ -260,10 +248,10 @@ async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
     assert_eq!(missing.status(), 404);
 
     let after = scrape_until(metrics, "the SSE reader closed", |s| {
-        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
+        metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
     });
     let requests = |method, code| {
-        value(
+        metric_value(
             &after,
             "tapedeck_http_requests_total",
             &[("method", method), ("code", code)],
@@ -273,7 +261,7 @@ async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
     assert_eq!(requests("GET", "200"), Some(1.0));
     assert_eq!(requests("GET", "404"), Some(1.0));
     assert_eq!(
-        value(
+        metric_value(
             &after,
             "tapedeck_http_request_duration_seconds",
             &[("method", "GET")]
@@ -281,7 +269,7 @@ async fn the_http_face_counts_and_logs_every_request_and_every_live_reader() {
         Some(2.0),
         "two GETs observed"
     );
-    let sent = value(&after, "tapedeck_http_sent_bytes_total", &[]).unwrap();
+    let sent = metric_value(&after, "tapedeck_http_sent_bytes_total", &[]).unwrap();
     assert!(sent >= events.len() as f64, "{sent} < {}", events.len());
 
     // One line per request, with its stream and status; one more when the reader ended. (The

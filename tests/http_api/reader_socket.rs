@@ -9,21 +9,9 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use common::*;
-use prometheus_parse::{Scrape, Value};
+use prometheus_parse::Scrape;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// The value of the sample `name` whose labels include `labels`.
-fn value(scrape: &Scrape, name: &str, labels: &[(&str, &str)]) -> Option<f64> {
-    scrape
-        .samples
-        .iter()
-        .find(|s| s.metric == name && labels.iter().all(|(k, v)| s.labels.get(k) == Some(*v)))
-        .map(|s| match &s.value {
-            Value::Counter(v) | Value::Gauge(v) | Value::Untyped(v) => *v,
-            _ => f64::NAN,
-        })
-}
 
 /// Scrapes `/metrics` until `done` holds (within [`WAIT`]).
 async fn metric_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) {
@@ -45,31 +33,6 @@ async fn send(addr: SocketAddr, request: &str) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(request.as_bytes()).await.unwrap();
     stream
-}
-
-/// Reads from `stream` until `text` has arrived (within [`WAIT`]); returns all it read.
-async fn read_until(stream: &mut TcpStream, text: &str) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + WAIT;
-    while !String::from_utf8_lossy(&got).contains(text) {
-        let n = tokio::time::timeout_at(deadline, stream.read(&mut buf))
-            .await
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{text:?} never came; got {:?}",
-                    String::from_utf8_lossy(&got)
-                )
-            })
-            .unwrap();
-        assert!(
-            n > 0,
-            "closed before {text:?}: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
 }
 
 fn http_args(extra: &[&'static str]) -> Vec<&'static str> {
@@ -106,7 +69,7 @@ async fn a_reader_on_its_own_socket_gets_a_chunked_answer_and_leaves_when_it_clo
         "GET /v1/stream/own?offset=-1&live=sse HTTP/1.1\r\nhost: x\r\norigin: https://app.example\r\n\r\n",
     )
     .await;
-    let got = read_until(&mut reader, "\"upToDate\":true").await;
+    let got = read_until(&mut reader, "\"upToDate\":true", WAIT).await;
     let (head, body) = got.split_once("\r\n\r\n").unwrap();
     assert!(head.starts_with("HTTP/1.1 200 OK\r\n"), "{head}");
     for header in [
@@ -125,7 +88,7 @@ async fn a_reader_on_its_own_socket_gets_a_chunked_answer_and_leaves_when_it_clo
     );
     assert!(body.contains("data:hello\n"), "{body}");
     metric_until(metrics, "one open SSE reader", |s| {
-        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
+        metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
     })
     .await;
 
@@ -139,7 +102,7 @@ async fn a_reader_on_its_own_socket_gets_a_chunked_answer_and_leaves_when_it_clo
         .await
         .unwrap();
     assert!(appended.status().is_success());
-    let live = read_until(&mut reader, "data:world").await;
+    let live = read_until(&mut reader, "data:world", WAIT).await;
     assert!(
         live.contains("\r\nevent: data\n"),
         "not a chunk of its own: {live:?}"
@@ -148,7 +111,7 @@ async fn a_reader_on_its_own_socket_gets_a_chunked_answer_and_leaves_when_it_clo
     // The client goes: the server notices without writing to it.
     drop(reader);
     metric_until(metrics, "the closed reader leaves the open readers", |s| {
-        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
+        metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
     })
     .await;
     assert!(
@@ -182,7 +145,7 @@ async fn a_reader_that_takes_nothing_is_cut_after_the_request_timeout() {
         .await
         .unwrap();
     metric_until(metrics, "the stuck reader is open", |s| {
-        value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
+        metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(1.0)
     })
     .await;
     // More than the kernel's buffers hold, so that the server's writes stop.
@@ -199,8 +162,8 @@ async fn a_reader_that_takes_nothing_is_cut_after_the_request_timeout() {
         assert!(appended.status().is_success(), "{}", appended.status());
     }
     metric_until(metrics, "the stuck reader is cut", |s| {
-        value(s, "tapedeck_http_slow_readers_cut_total", &[]) == Some(1.0)
-            && value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
+        metric_value(s, "tapedeck_http_slow_readers_cut_total", &[]) == Some(1.0)
+            && metric_value(s, "tapedeck_http_open_readers", &[("kind", "sse")]) == Some(0.0)
     })
     .await;
     assert!(

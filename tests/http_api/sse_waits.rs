@@ -65,31 +65,6 @@ async fn caught_up_reader(addr: std::net::SocketAddr, path: &str) -> (TcpStream,
     (reader, got)
 }
 
-/// Reads until `text` has arrived, within `within`; returns all it read.
-async fn read_until(stream: &mut TcpStream, text: &str, within: Duration) -> String {
-    let mut got = Vec::new();
-    let mut buf = [0u8; 4096];
-    let deadline = tokio::time::Instant::now() + within;
-    while !String::from_utf8_lossy(&got).contains(text) {
-        let read = tokio::time::timeout_at(deadline, stream.read(&mut buf)).await;
-        let n = read
-            .unwrap_or_else(|_| {
-                panic!(
-                    "{text:?} never came; got {:?}",
-                    String::from_utf8_lossy(&got)
-                )
-            })
-            .unwrap();
-        assert!(
-            n > 0,
-            "closed before {text:?}: {:?}",
-            String::from_utf8_lossy(&got)
-        );
-        got.extend_from_slice(&buf[..n]);
-    }
-    String::from_utf8_lossy(&got).into_owned()
-}
-
 #[tokio::test]
 async fn a_quiet_reader_gets_a_keepalive_comment() {
     let dir = tempfile::tempdir().unwrap();
