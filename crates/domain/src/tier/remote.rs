@@ -1,9 +1,9 @@
 //! Finding a sealed recording in the object store and reading it: its header and the start of
 //! its data in one request (by the name of its newest copy, else after a listing), then the
-//! rest a window at a time. Each request to an object store
-//! costs milliseconds, so a reader going through a recording makes as few as it can: a
-//! recording of up to [`FIRST_READ`] is read with the header, a longer one a
-//! [`READ_AHEAD`] window per request, however small the messages it is replayed in.
+//! rest a window at a time. Each request to an object store costs milliseconds, so a reader
+//! going through a recording makes as few as it can: a recording of up to [`FIRST_READ`] is
+//! read with the header, a longer one a [`READ_AHEAD`] window per request, however small the
+//! messages it is replayed in.
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;

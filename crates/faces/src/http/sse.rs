@@ -3,7 +3,7 @@
 //! comments while idle; the connection ends at EOF, or after a minute for the client to
 //! reconnect from its last offset.
 //!
-//! A waiting reader holds no timer: the face nudges every live stream's readers every few
+//! A waiting reader holds no timer: the face nudges the readers of quiet streams every few
 //! seconds, and each then sends a keepalive comment if one is due, or ends its connection.
 //!
 //! Each control event also carries its offset as the SSE event id (a tapedeck extension): a
@@ -35,19 +35,21 @@ const KEEPALIVE: Duration = Duration::from_secs(15);
 /// reconnecting clients.
 const MAX_CONNECTION: Duration = Duration::from_secs(60);
 
-/// How often the readers of every live stream are nudged to look at their clock (see
+/// How often the readers of quiet live streams are nudged to look at their clock (see
 /// [`nudge_readers`]): a keepalive goes out within this long after it is due, and a connection
 /// ends within this long after `MAX_CONNECTION`.
 const NUDGE_EVERY: Duration = Duration::from_secs(5);
 /// Most steps a round of nudges is spread over (each a sleep of at least 10 ms).
 const NUDGE_STEPS: usize = 500;
 
-/// Nudges the readers of every live stream once every [`NUDGE_EVERY`], a few streams at a
-/// time, spread over it: never every reader in one burst. A waiting reader holds no timer of
-/// its own (see `next_event`). Runs until aborted.
+/// Nudges the readers of every quiet live stream (no chunk for [`NUDGE_EVERY`]) once every
+/// [`NUDGE_EVERY`], a few streams at a time, spread over it: never every reader in one burst.
+/// A busy stream's readers need none: each commit wakes them, and they look at the clock as
+/// they catch up. A waiting reader holds no timer of its own (see `next_event`). Runs until
+/// aborted.
 pub(crate) async fn nudge_readers(recorder: crate::recorder::Recorder) {
     loop {
-        let nudges = recorder.reader_nudges();
+        let nudges = recorder.reader_nudges(NUDGE_EVERY);
         let steps = nudges.len().clamp(1, NUDGE_STEPS);
         let pause = NUDGE_EVERY / steps as u32;
         for some in nudges.chunks(nudges.len().div_ceil(steps).max(1)) {
@@ -148,9 +150,9 @@ fn events(
 
 /// The next event of the stream `state` is at, and where it is after it; `None` once it has
 /// ended. A caught-up reader waits here for long, so the future is kept small: reads are
-/// boxed, and the wait is only for a change, with no timer: readers are nudged every few
-/// seconds (see `keepalive`) and at the recorder's stop, and look at the time and the stop
-/// then.
+/// boxed, and the wait is only for a change, with no timer: readers of a quiet stream are
+/// nudged every few seconds (see [`nudge_readers`]), and all at the recorder's stop, and look
+/// at the time and the stop then.
 async fn next_event(
     state: Option<Box<Events>>,
     encoding: Encoding,
