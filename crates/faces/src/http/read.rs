@@ -2,7 +2,6 @@
 //! lineage; here come offsets, cursors, JSON array framing, ETags and cache headers.
 use std::time::Duration;
 
-use bytes::{Bytes, BytesMut};
 use http::{HeaderMap, StatusCode};
 
 use super::HttpFace;
@@ -171,10 +170,10 @@ impl HttpFace {
                 .ended_as(reader.ended_as())
                 .cache("no-store"));
         }
-        let body = if json {
-            json::array(pieces.iter().map(|p| &p[..]))
-        } else {
-            concat(pieces)
+        // JSON mode frames the messages as one array; bytes go out as they were read.
+        let body = match json {
+            true => vec![json::array(pieces.iter().map(|p| &p[..]))],
+            false => pieces,
         };
         let mut reply = Reply::new(StatusCode::OK)
             .content_type(&snapshot.content_type)
@@ -188,7 +187,7 @@ impl HttpFace {
             reply = reply.named(STREAM_CURSOR, cursor::next(cursor_param));
         }
         if from == ReadFrom::Now {
-            return Ok(reply.cache("no-store").body(room.body(body)));
+            return Ok(reply.cache("no-store").body(room.body_of(body)));
         }
         let etag = format!(
             "\"{:032x}:{}:{}{}\"",
@@ -209,7 +208,7 @@ impl HttpFace {
                 .header(http::header::ETAG, &etag)
                 .next_offset(end));
         }
-        Ok(reply.body(room.body(body)))
+        Ok(reply.body(room.body_of(body)))
     }
 
     /// Caching of catch-up reads: shared unless access control is on.
@@ -218,18 +217,6 @@ impl HttpFace {
             "private, max-age=60, stale-while-revalidate=300"
         } else {
             "public, max-age=60, stale-while-revalidate=300"
-        }
-    }
-}
-
-fn concat(pieces: Vec<Bytes>) -> Bytes {
-    match pieces.len() {
-        0 => Bytes::new(),
-        1 => pieces.into_iter().next().unwrap_or_default(),
-        _ => {
-            let mut body = BytesMut::with_capacity(pieces.iter().map(Bytes::len).sum());
-            pieces.iter().for_each(|p| body.extend_from_slice(p));
-            body.freeze()
         }
     }
 }

@@ -1,8 +1,9 @@
 //! How much one catch-up response may carry: up to 8 MiB while the face's read budget has
 //! room, else 1 MiB; and its body, sent in slices that hold that room until the last one is
-//! taken. Fewer, larger responses are what a reader catching up on a long stream wants (each
-//! one costs it a round trip); the budget keeps many such readers at once from holding more
-//! than 256 MiB of response bodies between them.
+//! taken, its pieces never copied into one buffer. Fewer, larger responses are what a reader
+//! catching up on a long stream wants (each one costs it a round trip); the budget keeps many
+//! such readers at once from holding more than 256 MiB of response bodies between them.
+use std::collections::VecDeque;
 use std::convert::Infallible;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -69,19 +70,26 @@ impl ResponseRoom {
         }
     }
 
-    /// A body of `bytes`, holding this room until its last slice is taken.
-    pub(crate) fn body(self, bytes: Bytes) -> Body {
+    /// A body of `pieces`, one after the other (sent as they are, never copied into one
+    /// buffer), holding this room until its last slice is taken.
+    pub(crate) fn body_of(self, pieces: Vec<Bytes>) -> Body {
+        let rest: VecDeque<Bytes> = pieces.into_iter().filter(|p| !p.is_empty()).collect();
+        let left = rest.iter().map(|p| p.len() as u64).sum();
         Body::new(Sliced {
-            rest: bytes,
+            rest,
+            left,
             room: self.permit,
         })
     }
 }
 
-/// A response body of known length, handed out a slice at a time (slices of one buffer, not
+/// A response body of known length, handed out a slice at a time (slices of its pieces, not
 /// copies), so that the connection holds only a few of them at once.
 struct Sliced {
-    rest: Bytes,
+    /// What is left to send, none of it empty.
+    rest: VecDeque<Bytes>,
+    /// Its length.
+    left: u64,
     room: Option<OwnedSemaphorePermit>,
 }
 
@@ -93,12 +101,15 @@ impl http_body::Body for Sliced {
         mut self: Pin<&mut Self>,
         _: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        if self.rest.is_empty() {
+        let Some(piece) = self.rest.front_mut() else {
             self.room = None;
             return Poll::Ready(None);
+        };
+        let slice = piece.split_to(piece.len().min(SLICE_BYTES));
+        if piece.is_empty() {
+            self.rest.pop_front();
         }
-        let len = self.rest.len().min(SLICE_BYTES);
-        let slice = self.rest.split_to(len);
+        self.left -= slice.len() as u64;
         if self.rest.is_empty() {
             // The last slice is the connection's now: what it holds is bounded by its buffer.
             self.room = None;
@@ -111,13 +122,14 @@ impl http_body::Body for Sliced {
     }
 
     fn size_hint(&self) -> SizeHint {
-        SizeHint::with_exact(self.rest.len() as u64)
+        SizeHint::with_exact(self.left)
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body::Body as _;
     use http_body_util::BodyExt;
 
     #[tokio::test]
@@ -130,9 +142,20 @@ mod tests {
         assert_eq!(room.take().bytes, SMALL_READ_BYTES, "the budget is spent");
         let data = Bytes::from(vec![7u8; SLICE_BYTES * 2 + 5]);
         let mut taken = taken.into_iter();
-        let body = taken.next().unwrap().body(data.clone());
+        let body = taken.next().unwrap().body_of(vec![data.clone()]);
         let collected = body.collect().await.unwrap().to_bytes();
         assert_eq!(collected, data);
+        // Pieces go out one after the other, in slices, with their length known up front.
+        let pieces = vec![
+            Bytes::from_static(b"ab"),
+            Bytes::new(),
+            data.clone(),
+            Bytes::from_static(b"z"),
+        ];
+        let body = taken.next().unwrap().body_of(pieces);
+        assert_eq!(body.size_hint().exact(), Some(data.len() as u64 + 3));
+        let collected = body.collect().await.unwrap().to_bytes();
+        assert_eq!(collected, [&b"ab"[..], &data, b"z"].concat());
         assert_eq!(
             room.take().bytes,
             LARGE_READ_BYTES,
