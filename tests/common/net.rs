@@ -131,3 +131,16 @@ pub(crate) async fn read_until(
     }
     String::from_utf8_lossy(&got).into_owned()
 }
+
+/// Creates the `text/plain` stream `path` holding `body` on the HTTP face at `addr` (the test
+/// fails if it is not created).
+pub(crate) async fn create_text_stream(addr: SocketAddr, path: &str, body: &str) {
+    let created = reqwest::Client::new()
+        .put(format!("http://{addr}/v1/stream/{path}"))
+        .header("content-type", "text/plain")
+        .body(body.to_string())
+        .send()
+        .await
+        .unwrap();
+    assert!(created.status().is_success(), "{}", created.status());
+}

@@ -46,24 +46,12 @@ fn http_args(extra: &[&'static str]) -> Vec<&'static str> {
     args
 }
 
-async fn create(addr: SocketAddr, path: &str, body: &str) {
-    let client = reqwest::Client::new();
-    let created = client
-        .put(format!("http://{addr}/v1/stream/{path}"))
-        .header("content-type", "text/plain")
-        .body(body.to_string())
-        .send()
-        .await
-        .unwrap();
-    assert!(created.status().is_success(), "{}", created.status());
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_reader_on_its_own_socket_gets_a_chunked_answer_and_leaves_when_it_closes() {
     let dir = tempfile::tempdir().unwrap();
     let (server, log) = BinaryServer::spawn_logged(dir.path(), &http_args(&[]));
     let (http, metrics) = (server.http_addr.unwrap(), server.metrics_addr.unwrap());
-    create(http, "own", "hello").await;
+    create_text_stream(http, "own", "hello").await;
     let mut reader = send(
         http,
         "GET /v1/stream/own?offset=-1&live=sse HTTP/1.1\r\nhost: x\r\norigin: https://app.example\r\n\r\n",
@@ -135,7 +123,7 @@ async fn a_reader_that_takes_nothing_is_cut_after_the_request_timeout() {
     let (server, log) =
         BinaryServer::spawn_logged(dir.path(), &http_args(&["--http-request-timeout", "500ms"]));
     let (http, metrics) = (server.http_addr.unwrap(), server.metrics_addr.unwrap());
-    create(http, "stuck", "").await;
+    create_text_stream(http, "stuck", "").await;
     // A reader with a small receive buffer that never reads.
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();

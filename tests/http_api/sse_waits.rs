@@ -46,14 +46,7 @@ async fn face(dir: &std::path::Path) -> (Recorder, std::net::SocketAddr) {
 /// Creates stream `path` and opens an SSE reader of it, caught up (its first control event
 /// read): the reader's socket, and what it read.
 async fn caught_up_reader(addr: std::net::SocketAddr, path: &str) -> (TcpStream, String) {
-    let created = reqwest::Client::new()
-        .put(format!("http://{addr}/v1/stream/{path}"))
-        .header("content-type", "text/plain")
-        .body("hello")
-        .send()
-        .await
-        .unwrap();
-    assert!(created.status().is_success(), "{}", created.status());
+    create_text_stream(addr, path, "hello").await;
     let mut reader = TcpStream::connect(addr).await.unwrap();
     let request = format!("GET /v1/stream/{path}?offset=-1&live=sse HTTP/1.1\r\nhost: x\r\n\r\n");
     reader.write_all(request.as_bytes()).await.unwrap();

@@ -356,14 +356,20 @@ pub(crate) fn stamps(api: Api, event: &[u8]) -> Vec<u64> {
     }
 }
 
+/// Whether the SSE event `text` is of type `name` (with or without the space after the colon).
+fn is_event(text: &str, name: &str) -> bool {
+    text.lines().any(|line| {
+        line.trim()
+            .strip_prefix("event:")
+            .is_some_and(|kind| kind.trim() == name)
+    })
+}
+
 /// The send times in one Durable Streams SSE `data` event: its `data:` lines hold whole 20-digit
 /// stamps.
 fn durable_streams_stamps(event: &[u8]) -> Vec<u64> {
     let text = String::from_utf8_lossy(event);
-    if !text
-        .lines()
-        .any(|l| l.trim() == "event: data" || l.trim() == "event:data")
-    {
+    if !is_event(&text, "data") {
         return Vec::new();
     }
     let digits: String = text
@@ -396,10 +402,7 @@ struct S2Record {
 /// body one stamp; `ping` events (heartbeats) hold none.
 fn s2_stamps(event: &[u8]) -> Vec<u64> {
     let text = String::from_utf8_lossy(event);
-    if !text
-        .lines()
-        .any(|l| l.trim() == "event: batch" || l.trim() == "event:batch")
-    {
+    if !is_event(&text, "batch") {
         return Vec::new();
     }
     let data: Vec<&str> = text
