@@ -6,14 +6,14 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result, anyhow, bail};
-use hdrhistogram::Histogram;
 use tokio::task::JoinSet;
 
 use super::{
-    Clock, Counters, Cpu, DRAIN_LIMIT, Latencies, SUBSCRIBER_LIMIT, progress_bar, run_tag,
+    Clock, Counters, Cpu, DRAIN_LIMIT, SUBSCRIBER_LIMIT, latency_of, progress_bar, record_all,
+    run_tag,
 };
 use crate::procfs;
-use crate::report::{self, Latency, Outcome};
+use crate::report::Outcome;
 use crate::targets::{Producer, Subscriber, Target};
 use crate::workload::{LiveWorkload, decode_token, encode_token};
 
@@ -73,12 +73,8 @@ pub(crate) async fn run_live<T: Target>(
             tag.clone(),
         ));
     }
-    let mut latency = Latencies::new();
-    let drained = tokio::time::timeout_at(
-        (deadline + DRAIN_LIMIT).into(),
-        collect(&mut producers, &mut latency),
-    )
-    .await;
+    let drained =
+        tokio::time::timeout_at((deadline + DRAIN_LIMIT).into(), collect(&mut producers)).await;
     if drained.is_err() {
         producers.abort_all();
         counters.error(&anyhow!(
@@ -104,9 +100,9 @@ pub(crate) async fn run_live<T: Target>(
         acked_tokens: acked,
         elapsed_s: elapsed.as_secs_f64(),
         acked_tokens_per_s: acked as f64 / elapsed.as_secs_f64(),
-        latency: Latency::of(&latency.delivery),
-        ack_latency: Latency::of(&latency.ack),
-        completion_latency: Latency::of(&latency.completion),
+        latency: latency_of(&counters.latency.delivery),
+        ack_latency: latency_of(&counters.latency.ack),
+        completion_latency: latency_of(&counters.latency.completion),
         received_tokens: counters.received.load(Ordering::Relaxed),
         expected_received: counters.expected.load(Ordering::Relaxed),
         sequence_errors: counters.sequence_errors.load(Ordering::Relaxed),
@@ -128,12 +124,8 @@ pub(crate) async fn run_live<T: Target>(
     }
 }
 
-async fn collect(producers: &mut JoinSet<Latencies>, latency: &mut Latencies) {
-    while let Some(joined) = producers.join_next().await {
-        if let Ok(latencies) = joined {
-            latency.add(&latencies);
-        }
-    }
+async fn collect(producers: &mut JoinSet<()>) {
+    while producers.join_next().await.is_some() {}
 }
 
 /// One producer: records one recording after another until the deadline.
@@ -145,8 +137,7 @@ async fn produce<T: Target>(
     deadline: Instant,
     counters: Arc<Counters>,
     tag: String,
-) -> Latencies {
-    let mut latency = Latencies::new();
+) {
     if let Some(rate) = workload.rate {
         // Spread the producers' ticks over one interval instead of all firing together.
         let phase = (id as f64 * 0.618_034).fract() / rate;
@@ -156,15 +147,12 @@ async fn produce<T: Target>(
     while Instant::now() < deadline {
         let name = format!("{tag}-p{id}-r{n}");
         n += 1;
-        match record_one(&*target, id, &name, &workload, clock, deadline, &counters).await {
-            Ok(latencies) => latency.add(&latencies),
-            Err(err) => {
-                counters.error(&err);
-                tokio::time::sleep(Duration::from_millis(100)).await;
-            }
+        let recorded = record_one(&*target, id, &name, &workload, clock, deadline, &counters);
+        if let Err(err) = recorded.await {
+            counters.error(&err);
+            tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    latency
 }
 
 /// Records one recording with its subscribers attached from the start.
@@ -176,8 +164,8 @@ async fn record_one<T: Target>(
     clock: Clock,
     deadline: Instant,
     counters: &Arc<Counters>,
-) -> Result<Latencies> {
-    let mut latency = Latencies::new();
+) -> Result<()> {
+    let mut acks = Vec::new();
     let mut producer = target.record(id, name).await?;
     let mut followers = JoinSet::new();
     for s in 0..workload.subscribers {
@@ -218,9 +206,7 @@ async fn record_one<T: Target>(
         let sending = Instant::now();
         let acked = producer.send(token).await?;
         if acked > 0 {
-            latency
-                .ack
-                .saturating_record(sending.elapsed().as_micros() as u64);
+            acks.push(sending.elapsed().as_micros() as u64);
         }
         sent += 1;
         counters.sent.fetch_add(1, Ordering::Relaxed);
@@ -228,9 +214,11 @@ async fn record_one<T: Target>(
     }
     let finishing = Instant::now();
     let acked = producer.finish().await?;
-    latency
-        .completion
-        .saturating_record(finishing.elapsed().as_micros() as u64);
+    record_all(&counters.latency.ack, &acks);
+    record_all(
+        &counters.latency.completion,
+        &[finishing.elapsed().as_micros() as u64],
+    );
     counters.acked.fetch_add(acked, Ordering::Relaxed);
     counters
         .expected
@@ -238,9 +226,7 @@ async fn record_one<T: Target>(
     let drained = tokio::time::timeout(SUBSCRIBER_LIMIT, async {
         while let Some(joined) = followers.join_next().await {
             match joined {
-                Ok(Ok(histogram)) => {
-                    let _ = latency.delivery.add(&histogram);
-                }
+                Ok(Ok(())) => {}
                 Ok(Err(err)) => counters.error(&err.context("subscriber")),
                 Err(err) => counters.error(&anyhow!("subscriber task failed: {err}")),
             }
@@ -250,7 +236,7 @@ async fn record_one<T: Target>(
     if drained.is_err() {
         bail!("subscribers of {name} did not see its end within {SUBSCRIBER_LIMIT:?}");
     }
-    Ok(latency)
+    Ok(())
 }
 
 /// One live subscriber: reads to the end, timing every token against its send time.
@@ -259,8 +245,8 @@ async fn follow<S: Subscriber>(
     clock: Clock,
     token_bytes: usize,
     counters: Arc<Counters>,
-) -> Result<Histogram<u64>> {
-    let mut latency = report::histogram();
+) -> Result<()> {
+    let mut delivery = Vec::new();
     let mut carry: Vec<u8> = Vec::new();
     let mut expected_seq = 0u32;
     while let Some(bytes) = subscriber.next().await? {
@@ -273,7 +259,7 @@ async fn follow<S: Subscriber>(
                 counters.sequence_errors.fetch_add(1, Ordering::Relaxed);
             }
             expected_seq = seq.wrapping_add(1);
-            latency.saturating_record(now.saturating_sub(sent) / 1000);
+            delivery.push(now.saturating_sub(sent) / 1000);
         }
         counters
             .received
@@ -283,5 +269,6 @@ async fn follow<S: Subscriber>(
     if !carry.is_empty() {
         bail!("the recording ended inside a token");
     }
-    Ok(latency)
+    record_all(&counters.latency.delivery, &delivery);
+    Ok(())
 }

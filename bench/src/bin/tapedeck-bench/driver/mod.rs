@@ -42,9 +42,10 @@ impl Clock {
     }
 }
 
-/// Counters shared by every task of a phase.
+/// Counters and latencies shared by every task of a phase.
 #[derive(Default)]
 struct Counters {
+    latency: Latencies,
     sent: AtomicU64,
     acked: AtomicU64,
     received: AtomicU64,
@@ -90,28 +91,40 @@ fn progress_bar(label: &str, seconds: u64) -> ProgressBar {
     bar
 }
 
-/// Latencies a producer collected: send → subscriber receive, send → ack (targets that
-/// ack each token), and completion sent → acked.
+/// Latencies the producers and subscribers of one run collect, shared by all of them: send →
+/// subscriber receive, send → ack (targets that ack each token), and completion sent → acked.
+///
+/// One set for the run, not one per producer: a histogram at these bounds is about 225 KB, and
+/// a set per producer and per recording had the load generator zeroing gigabytes at 10,000
+/// producers (most of its CPU, starving the server it drove). Each producer and subscriber
+/// gathers a recording's samples in a small buffer and adds them here once, at its end.
 struct Latencies {
-    delivery: Histogram<u64>,
-    ack: Histogram<u64>,
-    completion: Histogram<u64>,
+    delivery: Mutex<Histogram<u64>>,
+    ack: Mutex<Histogram<u64>>,
+    completion: Mutex<Histogram<u64>>,
 }
 
-impl Latencies {
-    fn new() -> Self {
+impl Default for Latencies {
+    fn default() -> Self {
         Self {
-            delivery: report::histogram(),
-            ack: report::histogram(),
-            completion: report::histogram(),
+            delivery: Mutex::new(report::histogram()),
+            ack: Mutex::new(report::histogram()),
+            completion: Mutex::new(report::histogram()),
         }
     }
+}
 
-    fn add(&mut self, other: &Latencies) {
-        let _ = self.delivery.add(&other.delivery);
-        let _ = self.ack.add(&other.ack);
-        let _ = self.completion.add(&other.completion);
+/// Adds `samples` (µs) to `histogram`.
+fn record_all(histogram: &Mutex<Histogram<u64>>, samples: &[u64]) {
+    let mut histogram = histogram.lock().unwrap_or_else(|e| e.into_inner());
+    for &sample in samples {
+        histogram.saturating_record(sample);
     }
+}
+
+/// Percentiles of `histogram`, if it has any samples.
+fn latency_of(histogram: &Mutex<Histogram<u64>>) -> Option<report::Latency> {
+    report::Latency::of(&histogram.lock().unwrap_or_else(|e| e.into_inner()))
 }
 
 /// CPU used by the server process (if any), by this process, and by the whole machine.
