@@ -16,7 +16,9 @@ use crate::clock::Clock;
 use crate::error::Result;
 use crate::metrics as metric;
 
-/// Most ops folded into one transaction; bounds the size and latency of a single commit.
+/// Most ops folded into one transaction (a `Together` counts its parts: a producer's tokens
+/// queued as one op are still as many appends); bounds the size and latency of a single
+/// commit.
 const MAX_OPS_PER_COMMIT: usize = 4096;
 
 /// Settings the writer applies to every op.
@@ -52,7 +54,7 @@ impl Writer {
 
     /// Serves ops until told to close or every sender is gone.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Queued>) {
-        let mut batch = Vec::with_capacity(MAX_OPS_PER_COMMIT);
+        let mut batch = Batch::default();
         let mut pacing = Pacing::new(self.settings.commit_interval);
         // Only to wait for the queue with a deadline; the writer's work stays on this thread.
         // Without one (the process is out of file descriptors), commits are not paced.
@@ -68,7 +70,7 @@ impl Writer {
             // longer than that commit took (see `pacing`).
             if let (Some(wait), Some(timer)) = (pacing.wait(), &timer) {
                 let wanted = wait.ops.min(MAX_OPS_PER_COMMIT);
-                while !closing && batch.len() < wanted {
+                while !closing && batch.parts < wanted {
                     let until = wait.until.into();
                     match timer.block_on(async { tokio::time::timeout_at(until, ops.recv()).await })
                     {
@@ -80,11 +82,12 @@ impl Writer {
                     }
                 }
             }
-            pacing.started(batch.len(), std::time::Instant::now());
+            pacing.started(batch.parts, std::time::Instant::now());
             let checkpoints: Vec<Op> = batch
+                .ops
                 .extract_if(.., |op| matches!(op, Op::Checkpoint { .. }))
                 .collect();
-            self.commit(&mut batch);
+            self.commit_batch(&mut batch);
             pacing.finished(std::time::Instant::now());
             for op in checkpoints {
                 if let Op::Checkpoint { done } = op {
@@ -96,11 +99,11 @@ impl Writer {
                 ops.close();
                 while let Ok(op) = ops.try_recv() {
                     push(&mut batch, op);
-                    if batch.len() == MAX_OPS_PER_COMMIT {
-                        self.commit(&mut batch);
+                    if batch.parts >= MAX_OPS_PER_COMMIT {
+                        self.commit_batch(&mut batch);
                     }
                 }
-                self.commit(&mut batch);
+                self.commit_batch(&mut batch);
                 break;
             }
         }
@@ -114,6 +117,12 @@ impl Writer {
             tracing::error!(error = %err, "could not checkpoint at shutdown; the next start rolls the write-ahead log forward");
         }
         tracing::debug!("commit pipeline stopped");
+    }
+
+    /// Commits `batch`, and empties it.
+    fn commit_batch(&mut self, batch: &mut Batch) {
+        self.commit(&mut batch.ops);
+        batch.parts = 0;
     }
 
     fn commit(&mut self, batch: &mut Vec<Op>) {
@@ -242,20 +251,21 @@ impl Writer {
     }
 }
 
-/// How many ops `batch` holds, and the chunks and bytes its appends carry.
+/// How many ops `batch` stands for (see [`Op::parts`]), and the chunks and bytes its appends
+/// carry.
 fn appended(batch: &[Op]) -> (usize, u64, u64) {
     let (tokens, bytes) = batch
         .iter()
         .map(Op::appends)
         .fold((0, 0), |(t, b), (more_t, more_b)| (t + more_t, b + more_b));
-    (batch.len(), tokens, bytes)
+    (batch.iter().map(Op::parts).sum(), tokens, bytes)
 }
 
 /// Moves what is queued now into `batch`, up to its limit; returns whether that included
 /// `Close`.
-fn take_queued(ops: &mut mpsc::Receiver<Queued>, batch: &mut Vec<Op>) -> bool {
+fn take_queued(ops: &mut mpsc::Receiver<Queued>, batch: &mut Batch) -> bool {
     let mut closing = false;
-    while batch.len() < MAX_OPS_PER_COMMIT {
+    while batch.parts < MAX_OPS_PER_COMMIT {
         match ops.try_recv() {
             Ok(op) => closing |= push(batch, op),
             Err(_) => break,
@@ -266,12 +276,21 @@ fn take_queued(ops: &mut mpsc::Receiver<Queued>, batch: &mut Vec<Op>) -> bool {
 
 /// Adds a queued op to `batch` (its room in the queue is given back); returns whether it is
 /// `Close`.
-fn push(batch: &mut Vec<Op>, queued: Queued) -> bool {
+fn push(batch: &mut Batch, queued: Queued) -> bool {
     match queued.op {
         Op::Close => true,
         op => {
-            batch.push(op);
+            batch.parts += op.parts();
+            batch.ops.push(op);
             false
         }
     }
+}
+
+/// The ops of the next commit, and how many they stand for (see [`Op::parts`]): what its
+/// limit and the pacing count.
+#[derive(Default)]
+struct Batch {
+    ops: Vec<Op>,
+    parts: usize,
 }

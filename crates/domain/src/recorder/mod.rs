@@ -21,6 +21,8 @@
 //!   `gauges`: the gauges' sampler.
 //! - `streams`: the Durable Streams rules.
 
+#[cfg(test)]
+mod batched_appends;
 mod changes;
 mod deck;
 mod duties;

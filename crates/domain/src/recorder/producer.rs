@@ -3,6 +3,7 @@
 //! is already committed, and appends the rest.
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -107,6 +108,69 @@ impl Producer {
         conversation_id: &[u8],
         content: &str,
     ) -> Result<Option<Committed>> {
+        let skip = self.skip;
+        let Some(start) = self.admit(conversation_id, content, 0)? else {
+            return Ok(None);
+        };
+        let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
+        let appended = writer.append(&content[start..]).await;
+        if appended.is_err() {
+            self.skip = skip;
+        }
+        Ok(Some(appended?))
+    }
+
+    /// As [`accept`](Self::accept) for each of `messages` (conversation id, content) in
+    /// order, all appended together: one place in the commit queue for all of them, so that a
+    /// producer whose messages arrive together waits for room once, not once per token. Each
+    /// content is kept as it is (not copied), and nothing else of the messages is kept while
+    /// it waits. Does not wait for their commit.
+    ///
+    /// Fails as [`accept`](Self::accept) does, at the first message refused: the messages
+    /// before it are appended, it and those after it are not.
+    pub async fn accept_all(
+        &mut self,
+        messages: impl IntoIterator<Item = (Vec<u8>, String)>,
+    ) -> Result<()> {
+        let skip = self.skip;
+        let mut contents = Vec::new();
+        let mut pending = 0;
+        let mut refused = None;
+        for (conversation_id, content) in messages {
+            match self.admit(&conversation_id, &content, pending) {
+                Ok(Some(start)) => {
+                    pending += (content.len() - start) as u64;
+                    contents.push(Bytes::from(content.into_bytes()).slice(start..));
+                }
+                Ok(None) => {}
+                Err(err) => {
+                    refused = Some(err);
+                    break;
+                }
+            }
+        }
+        if !contents.is_empty() {
+            let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
+            if let Err(err) = writer.write_batch(contents, None, None).await {
+                self.skip = skip;
+                return Err(err);
+            }
+        }
+        refused.map_or(Ok(()), Err)
+    }
+
+    /// Where in a message's `content` what is to be appended starts, after the `pending` bytes
+    /// admitted but not yet appended: `None` when nothing is (empty, or all of it a resend of
+    /// what is committed). Uses up as much of the resend skip as it covers.
+    ///
+    /// Fails as [`accept`](Self::accept) does; a refused message leaves the skip whole (and
+    /// the caller puts it back if the append fails).
+    fn admit(
+        &mut self,
+        conversation_id: &[u8],
+        content: &str,
+        pending: u64,
+    ) -> Result<Option<usize>> {
         let id = self.tape.id();
         if !conversation_id.is_empty()
             && conversation_id != id.original()
@@ -115,27 +179,28 @@ impl Producer {
             return Err(Error::ConversationIdChanged);
         }
         self.limits.check_chunk(content.len())?;
-        let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
-        let content = match usize::try_from(self.skip) {
+        let writer = self.writer.as_ref().ok_or(Error::RecordingEnded)?;
+        let appended = writer.appended_bytes() + pending;
+        let start = match usize::try_from(self.skip) {
             Ok(skip) if skip >= content.len() => {
                 self.skip -= content.len() as u64;
                 return Ok(None);
             }
-            // The skip is used up only once the rest is accepted (below): a refused message
+            // The skip is used up only once the rest is admitted (below): a refused message
             // leaves it whole for the resend.
-            Ok(skip) if skip > 0 => content.get(skip..).ok_or(Error::ResumeInsideCharacter {
-                offset: writer.appended_bytes(),
-            })?,
-            _ => content,
+            Ok(skip) if skip > 0 => match content.is_char_boundary(skip) {
+                true => skip,
+                false => return Err(Error::ResumeInsideCharacter { offset: appended }),
+            },
+            _ => 0,
         };
-        if content.is_empty() {
+        if start == content.len() {
             return Ok(None);
         }
         self.limits
-            .check_recording(writer.appended_bytes() + content.len() as u64)?;
-        let committed = writer.append(content).await?;
+            .check_recording(appended + (content.len() - start) as u64)?;
         self.skip = 0;
-        Ok(Some(committed))
+        Ok(Some(start))
     }
 
     /// A future that resolves once [`stopped`](Self::stopped) would: made once per session and

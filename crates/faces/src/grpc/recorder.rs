@@ -1,4 +1,5 @@
 //! `memory.v1.ResponseRecorderService`: Record, Replay, Cancel, IsEnabled, CheckRecordings.
+use futures::FutureExt;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::instances::{self, OwnerAnswer, admit_producer, forward_cancel, live_anywhere};
@@ -161,6 +162,9 @@ impl ResponseRecorderService for RecorderService {
     }
 }
 
+/// Most messages of one Record call appended together (see `record_stream`).
+const MOST_MESSAGES_AT_ONCE: usize = 64;
+
 /// Appends each message's content until the producer completes (`complete=true`), its stream
 /// ends without that or fails (the producer detaches: it may resume), or the session is
 /// stopped by another hand (cancel, delete, supersede, idle, another producer resuming,
@@ -170,11 +174,12 @@ async fn record_stream(
     first: RecordRequest,
     mut stream: Streaming<RecordRequest>,
 ) -> Result<RecordResponse, Status> {
-    let mut next = Some(first);
+    let mut next = Some(Ok(Some(first)));
     let mut stop_signal = producer.stop_signal();
+    let mut messages = Vec::new();
     loop {
-        let message = match next.take() {
-            Some(message) => message,
+        let received = match next.take() {
+            Some(received) => received,
             None => tokio::select! {
                 () = &mut stop_signal => match producer.stopped().await {
                     Ok(stopped) => return Ok(stopped_response(stopped, &producer)),
@@ -182,26 +187,43 @@ async fn record_stream(
                     // a refused message fails on a single node.
                     Err(err) => return Err(err.into()),
                 },
-                message = stream.message() => match message {
-                    Ok(Some(message)) => message,
-                    // Only complete=true completes: a bare end may be a cancelled call.
-                    Ok(None) => return Ok(error_response(producer.end_without_complete().await)),
-                    Err(status) => {
-                        let status = incoming_error(status);
-                        producer.detach(format!("producer stream failed: {}", status.message()));
-                        return Err(status);
-                    }
-                },
+                received = stream.message() => received,
             },
         };
-        if let Err(err) = producer
-            .accept(&message.conversation_id, &message.content)
-            .await
-        {
+        let message = match received {
+            Ok(Some(message)) => message,
+            // Only complete=true completes: a bare end may be a cancelled call.
+            Ok(None) => return Ok(error_response(producer.end_without_complete().await)),
+            Err(status) => {
+                let status = incoming_error(status);
+                producer.detach(format!("producer stream failed: {}", status.message()));
+                return Err(status);
+            }
+        };
+        // The messages already here go with it, in one append: a producer whose tokens
+        // arrive together (or pile up while the commit queue is full) takes one place in the
+        // queue for them all, and waits for room once, not once per token.
+        let mut complete = message.complete;
+        messages.push(message);
+        while !complete && messages.len() < MOST_MESSAGES_AT_ONCE {
+            match stream.message().now_or_never() {
+                Some(Ok(Some(message))) => {
+                    complete = message.complete;
+                    messages.push(message);
+                }
+                // The end or a failure, seen once the messages before it are appended.
+                Some(other) => {
+                    next = Some(other);
+                    break;
+                }
+                None => break,
+            }
+        }
+        if let Err(err) = producer.accept_all(&mut messages).await {
             producer.detach(err.client_message());
             return Err(err.into());
         }
-        if message.complete {
+        if complete {
             break;
         }
     }

@@ -6,6 +6,7 @@ use super::gated::Gated;
 use crate::cluster::{Cluster, ForwardedProducer};
 use crate::error::Result;
 use crate::id::ConversationId;
+use crate::pb::RecordRequest;
 use crate::recorder::Committed;
 use crate::recorder::{Producer, Progress, Recorder, StartOptions, Stopped};
 
@@ -60,6 +61,23 @@ impl Session {
         match self {
             Session::Local(producer) => producer.accept(conversation_id, content).await,
             Session::Forwarded(forwarded) => forwarded.accept(conversation_id, content).await,
+        }
+    }
+
+    /// Appends the content of each of `messages` in order, together where the session is here
+    /// (see [`Producer::accept_all`]), and empties it; does not wait for their commit.
+    ///
+    /// Fails at the first message refused, as [`accept`](Self::accept) does.
+    pub(super) async fn accept_all(&mut self, messages: &mut Vec<RecordRequest>) -> Result<()> {
+        let messages = messages.drain(..).map(|m| (m.conversation_id, m.content));
+        match self {
+            Session::Local(producer) => producer.accept_all(messages).await,
+            Session::Forwarded(forwarded) => {
+                for (conversation_id, content) in messages {
+                    forwarded.accept(&conversation_id, &content).await?;
+                }
+                Ok(())
+            }
         }
     }
 

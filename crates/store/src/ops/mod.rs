@@ -211,6 +211,14 @@ impl Op {
         }
     }
 
+    /// How many ops it stands for: a `Together`'s parts, else one.
+    pub(crate) fn parts(&self) -> usize {
+        match self {
+            Op::Together(ops) => ops.len(),
+            _ => 1,
+        }
+    }
+
     /// Bytes of chunk data it carries.
     pub(crate) fn chunk_bytes(&self) -> usize {
         match self {
