@@ -177,18 +177,27 @@ async fn record_stream(
     let mut next = Some(Ok(Some(first)));
     let mut stop_signal = producer.stop_signal();
     let mut messages = Vec::new();
+    let mut waited_for_room = false;
     loop {
-        let received = match next.take() {
-            Some(received) => received,
-            None => tokio::select! {
-                () = &mut stop_signal => match producer.stopped().await {
-                    Ok(stopped) => return Ok(stopped_response(stopped, &producer)),
-                    // Given up by this node (the leader refused what it was sent): failed as
-                    // a refused message fails on a single node.
-                    Err(err) => return Err(err.into()),
-                },
-                received = stream.message() => received,
-            },
+        let (received, waited) = match next.take() {
+            Some(received) => (received, false),
+            None => {
+                let woke = async {
+                    tokio::select! {
+                        () = &mut stop_signal => None,
+                        received = stream.message() => Some(received),
+                    }
+                };
+                match and_whether_it_waited(woke).await {
+                    (Some(received), waited) => (received, waited),
+                    (None, _) => match producer.stopped().await {
+                        Ok(stopped) => return Ok(stopped_response(stopped, &producer)),
+                        // Given up by this node (the leader refused what it was sent): failed
+                        // as a refused message fails on a single node.
+                        Err(err) => return Err(err.into()),
+                    },
+                }
+            }
         };
         let message = match received {
             Ok(Some(message)) => message,
@@ -202,10 +211,14 @@ async fn record_stream(
         };
         // The messages already here go with it, in one append: a producer whose tokens
         // arrive together (or pile up while the commit queue is full) takes one place in the
-        // queue for them all, and waits for room once, not once per token.
+        // queue for them all, and waits for room once, not once per token. Looked for only
+        // when this message was here before it was asked for, or the last append had to
+        // wait for room: looking costs a poll of the stream, and a producer at its own pace
+        // sends one token at a time.
         let mut complete = message.complete;
         messages.push(message);
-        while !complete && messages.len() < MOST_MESSAGES_AT_ONCE {
+        let piling_up = !waited || waited_for_room;
+        while piling_up && !complete && messages.len() < MOST_MESSAGES_AT_ONCE {
             match stream.message().now_or_never() {
                 Some(Ok(Some(message))) => {
                     complete = message.complete;
@@ -219,7 +232,9 @@ async fn record_stream(
                 None => break,
             }
         }
-        if let Err(err) = producer.accept_all(&mut messages).await {
+        let accepted = and_whether_it_waited(producer.accept_all(&mut messages)).await;
+        waited_for_room = accepted.1;
+        if let Err(err) = accepted.0 {
             producer.detach(err.client_message());
             return Err(err.into());
         }
@@ -234,6 +249,19 @@ async fn record_stream(
         Err(err) if err.kind() == crate::error::Kind::Unavailable => return Err(err.into()),
         Err(err) => error_response(err.client_message()),
     })
+}
+
+/// Runs `future` to its end, and says whether it had to wait (was pending at least once).
+async fn and_whether_it_waited<F: Future>(future: F) -> (F::Output, bool) {
+    let mut future = std::pin::pin!(future);
+    let mut waited = false;
+    let output = std::future::poll_fn(|cx| {
+        let poll = future.as_mut().poll(cx);
+        waited |= poll.is_pending();
+        poll
+    })
+    .await;
+    (output, waited)
 }
 
 /// The answer to a producer whose session was stopped by another hand.
