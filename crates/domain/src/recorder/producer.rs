@@ -149,16 +149,17 @@ impl Producer {
                 }
             }
         }
-        let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
-        // A lone message (a producer's usual pace) goes as a plain append, without a group.
-        let appended = match contents.len() {
-            0 => Ok(()),
-            1 => writer.append_bytes(contents.remove(0)).await.map(drop),
-            _ => writer.write_batch(contents, None, None).await.map(drop),
-        };
-        if let Err(err) = appended {
-            self.skip = skip;
-            return Err(err);
+        if !contents.is_empty() {
+            let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
+            // A lone message (a producer's usual pace) goes as a plain append, not a group.
+            let appended = match contents.len() {
+                1 => writer.append_bytes(contents.remove(0)).await.map(drop),
+                _ => writer.write_batch(contents, None, None).await.map(drop),
+            };
+            if let Err(err) = appended {
+                self.skip = skip;
+                return Err(err);
+            }
         }
         refused.map_or(Ok(()), Err)
     }
