@@ -9,7 +9,8 @@
 //! # Layout
 //! - `schema`: the tables and how their values are encoded; `stored_chunks`: one recording's
 //!   chunks as a read transaction sees them; `journal`: live recordings' newest chunks, held in
-//!   memory (durable in the log) until they are folded into `chunks`.
+//!   memory (durable in the log) until they are folded into `chunks`; `read_cache`: large
+//!   chunks read lately, kept in memory.
 //! - `live`: the seam to the recorder (chunks, the hooks the pipeline calls).
 //! - `options`: [`StoreOptions`]; `writes`: a recording's writes (start, attach, append, end).
 //! - `ops`: the commit pipeline's ops, a module each holding what it does in the write
@@ -51,6 +52,7 @@ mod overlay;
 mod pacing;
 mod pipeline;
 mod publish;
+mod read_cache;
 mod reads;
 mod recovery;
 mod replicated;
@@ -120,6 +122,8 @@ struct Inner {
     /// Room for chunk bytes in the queue, `QUEUE_BYTES` of it.
     queue_room: Arc<Semaphore>,
     journal: Arc<JournalIndex>,
+    /// Large chunks read lately.
+    read_cache: read_cache::ReadCache,
     clock: Arc<dyn Clock>,
     writer: Mutex<Option<JoinHandle<()>>>,
     /// Owns the ends queued from contexts that cannot wait (a dropped producer's handle);
@@ -180,6 +184,7 @@ impl Store {
                 ops,
                 queue_room: Arc::new(Semaphore::new(QUEUE_BYTES)),
                 journal,
+                read_cache: read_cache::ReadCache::default(),
                 clock: options.clock,
                 writer: Mutex::new(Some(handle)),
                 background: TaskTracker::new(),

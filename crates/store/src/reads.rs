@@ -79,9 +79,11 @@ impl Store {
             .inner
             .journal
             .view(key, from, max_bytes.saturating_add(64));
+        let inner = self.inner.clone();
         self.read(move |txn| {
             let meta = check_generation(txn, key, generation)?;
-            StoredChunks::open(txn, key, &meta, journal)?.read_from(from, max_bytes)
+            let chunks = StoredChunks::open(txn, key, &meta, journal)?;
+            chunks.read_from(from, max_bytes, Some(&inner.read_cache))
         })
         .await
     }

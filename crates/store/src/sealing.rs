@@ -47,7 +47,8 @@ impl Store {
             if read_mark(txn, key)?.is_some_and(|mark| !mark.local) {
                 return Ok(None);
             }
-            let chunks = StoredChunks::open(txn, key, &meta, journal)?.read_from(0, usize::MAX)?;
+            let chunks =
+                StoredChunks::open(txn, key, &meta, journal)?.read_from(0, usize::MAX, None)?;
             let stream_row = match schema::optional_table(txn, STREAMS)? {
                 Some(streams) => match streams.get(key).map_err(Error::storage)? {
                     Some(bytes) => Some(StreamRow::decode(bytes.value())?),

@@ -1,10 +1,13 @@
 //! One recording's committed chunks as a read transaction sees them: the folded prefix in
 //! `chunks` (segments of consecutive chunks), the rest in the journal, as a [`JournalView`]
-//! taken before the transaction began copied them.
+//! taken before the transaction began copied them. Large chunks read lately are found in the
+//! store's [`ReadCache`] first.
+use bytes::Bytes;
 use redb::{ReadOnlyTable, ReadTransaction};
 
 use super::journal::JournalView;
 use super::live::Chunk;
+use super::read_cache::{CACHED_FROM_BYTES, ChunkKey, Kept, ReadCache};
 use super::schema::RecordingMeta;
 use super::schema::{self, CHUNKS, ChunkLayout};
 use super::segment::Segment;
@@ -18,6 +21,9 @@ pub(crate) struct StoredChunks {
     key: u128,
     layout: ChunkLayout,
     view: JournalView,
+    /// Which recording of the conversation (see [`ChunkKey`]).
+    generation: u64,
+    created_ms: u64,
 }
 
 impl StoredChunks {
@@ -33,6 +39,8 @@ impl StoredChunks {
             key,
             layout: ChunkLayout::of(meta.timed_chunks),
             view: view.of_generation(meta.generation),
+            generation: meta.generation,
+            created_ms: meta.created_ms,
         })
     }
 
@@ -53,21 +61,32 @@ impl StoredChunks {
     }
 
     /// Chunks from `from` on, stopping after `max_bytes` of text (at least one chunk is
-    /// returned when any is stored; none when `from` is past the last).
+    /// returned when any is stored; none when `from` is past the last). With a `cache`, the
+    /// chunks it holds are taken from it, and large chunks read are kept in it.
     ///
     /// Fails with `RecordingNotFound` when chunk `from` is gone but later ones are not: the
     /// sweeper is deleting the recording, oldest chunks first.
-    pub(crate) fn read_from(&self, from: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
+    pub(crate) fn read_from(
+        &self,
+        from: u64,
+        max_bytes: usize,
+        cache: Option<&ReadCache>,
+    ) -> Result<Vec<Chunk>> {
         let mut out = Batch {
             from,
             layout: self.layout,
             max_bytes,
             chunks: Vec::new(),
             bytes: 0,
+            cache,
+            recording: self,
         };
-        let start = match self.segment_holding(from)? {
+        if !out.push_kept() {
+            return Ok(out.chunks);
+        }
+        let start = match self.segment_holding(out.next_index())? {
             Some((first, _)) => first,
-            None => from,
+            None => out.next_index(),
         };
         for entry in self
             .chunks
@@ -92,6 +111,16 @@ impl StoredChunks {
             }
         }
         Ok(out.chunks)
+    }
+
+    /// The cache's name for chunk `index`.
+    fn chunk_key(&self, index: u64) -> ChunkKey {
+        ChunkKey {
+            key: self.key,
+            generation: self.generation,
+            created_ms: self.created_ms,
+            index,
+        }
     }
 
     /// The segment holding chunk `index`, with the index of its first chunk, if `index` is
@@ -135,34 +164,76 @@ impl StoredChunks {
 }
 
 /// Chunks gathered for one read, up to a byte budget.
-struct Batch {
+struct Batch<'r> {
     from: u64,
     layout: ChunkLayout,
     max_bytes: usize,
     chunks: Vec<Chunk>,
     bytes: usize,
+    cache: Option<&'r ReadCache>,
+    recording: &'r StoredChunks,
 }
 
-impl Batch {
+impl Batch<'_> {
     fn next_index(&self) -> u64 {
         self.from + self.chunks.len() as u64
     }
 
-    /// Adds the chunk stored as `value`; false once the budget is spent.
+    /// Adds the chunks the cache holds from the next one on, as far as they run unbroken;
+    /// false once the budget is spent.
+    fn push_kept(&mut self) -> bool {
+        let Some(cache) = self.cache else {
+            return true;
+        };
+        while let Some(kept) = cache.get(&self.recording.chunk_key(self.next_index())) {
+            if !self.fits(kept.data.len()) || !self.add(kept) {
+                return false;
+            }
+        }
+        true
+    }
+
+    /// Adds the chunk stored as `value`: a large one as the cache holds it, or copied and
+    /// kept there; a small one copied. False once the budget is spent.
     fn push(&mut self, value: &[u8]) -> Result<bool> {
         let stored = schema::decode_chunk(value, self.layout)?;
-        let data = stored.data;
-        if !self.chunks.is_empty() && self.bytes + data.len() > self.max_bytes {
+        if !self.fits(stored.data.len()) {
             return Ok(false);
         }
-        self.bytes += data.len();
+        let copy = || Kept {
+            offset: stored.offset,
+            data: Bytes::copy_from_slice(stored.data),
+            committed_ms: stored.committed_ms,
+        };
+        let kept = match self.cache {
+            Some(cache) if stored.data.len() >= CACHED_FROM_BYTES => {
+                let chunk = self.recording.chunk_key(self.next_index());
+                cache.get(&chunk).unwrap_or_else(|| {
+                    let kept = copy();
+                    cache.keep(chunk, kept.clone());
+                    kept
+                })
+            }
+            _ => copy(),
+        };
+        Ok(self.add(kept))
+    }
+
+    /// Whether a chunk of `length` bytes is within the budget (the first always is).
+    fn fits(&self, length: usize) -> bool {
+        self.chunks.is_empty() || self.bytes + length <= self.max_bytes
+    }
+
+    /// Adds `kept` as the next chunk; false once the budget is spent.
+    fn add(&mut self, kept: Kept) -> bool {
+        self.bytes += kept.data.len();
         self.chunks.push(Chunk {
             index: self.next_index(),
-            offset: stored.offset,
-            data: bytes::Bytes::copy_from_slice(data),
-            committed_ms: stored.committed_ms,
+            offset: kept.offset,
+            data: kept.data,
+            committed_ms: kept.committed_ms,
         });
-        Ok(self.bytes < self.max_bytes)
+        self.bytes < self.max_bytes
     }
 }
 

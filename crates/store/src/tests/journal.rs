@@ -231,12 +231,12 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     let txn = store.inner.db.begin_read().unwrap();
     let chunks = StoredChunks::open(&txn, key, &meta, view).unwrap();
     assert_eq!(
-        texts_of(&chunks.read_from(0, usize::MAX).unwrap()),
+        texts_of(&chunks.read_from(0, usize::MAX, None).unwrap()),
         ["one ", "two ", "three"]
     );
     let late_view = store.inner.journal.view(key, 0, usize::MAX);
     let stale = StoredChunks::open(&early_txn, key, &meta, late_view).unwrap();
-    assert!(stale.read_from(0, usize::MAX).unwrap().is_empty());
+    assert!(stale.read_from(0, usize::MAX, None).unwrap().is_empty());
 }
 
 /// A checkpoint empties the log, so it folds every unfolded chunk first, however few: the

@@ -9,6 +9,7 @@ mod group_commit;
 mod journal;
 mod lifecycle;
 mod power_cuts;
+mod read_cache;
 mod refusals;
 mod sealing;
 mod stand_in;

@@ -5,6 +5,8 @@
 //!
 //! Opening (finding the recording, seeking) is in `open`; reading chunks and cutting them into
 //! messages in `read`.
+#[cfg(test)]
+mod large_chunks;
 mod open;
 mod read;
 
@@ -88,6 +90,9 @@ pub struct Replay {
     source: Source,
     /// Next chunk to read.
     next_index: u64,
+    /// Chunks read with the last message but not sent in it, from `next_index` on (a large
+    /// chunk is a message of its own): the next message starts with them.
+    ahead: Vec<crate::store::Chunk>,
     /// Byte offset of the next byte to send; may fall inside chunk `next_index`.
     position: u64,
     /// A resume offset beyond what was committed when the replay opened.
@@ -166,6 +171,9 @@ impl Replay {
                             true => self.whole_chunk(&chunks[0])?,
                             false => self.coalesce(&chunks, max_bytes)?,
                         };
+                        let next = self.next_index;
+                        self.ahead = chunks;
+                        self.ahead.retain(|c| c.index >= next);
                         return Ok(Some(piece));
                     }
                     Ok(_) => {}

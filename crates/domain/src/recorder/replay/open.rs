@@ -33,6 +33,7 @@ impl Replay {
             generation,
             source,
             next_index: 0,
+            ahead: Vec::new(),
             position: 0,
             pending_seek: (offset > 0).then_some(offset),
             ended: None,

@@ -8,10 +8,15 @@ use crate::error::{Error, Result};
 use crate::recorder::progress::Progress;
 use crate::store::Chunk;
 
+/// Chunks shorter than this are joined into one message (a copy, which costs less than
+/// a message per token); longer ones go out as they are.
+pub(super) const JOIN_BELOW_BYTES: usize = 16 * 1024;
+
 impl Replay {
     /// Positions the replay at byte `offset` (at most the committed length).
     pub(super) async fn seek(&mut self, offset: u64, progress: Progress) -> Result<()> {
         self.pending_seek = None;
+        self.ahead.clear();
         self.position = offset;
         if offset == progress.bytes {
             self.next_index = progress.chunks;
@@ -51,9 +56,13 @@ impl Replay {
         }
     }
 
-    /// Committed chunks from `index` on: from the live tail when it still holds them, else
-    /// from the store (or the object store, for a sealed copy read there).
-    pub(super) async fn read_from(&self, index: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
+    /// Committed chunks from `index` on: those read ahead by the last message when they
+    /// start there, else from the live tail when it still holds them, else from the store (or
+    /// the object store, for a sealed copy read there).
+    pub(super) async fn read_from(&mut self, index: u64, max_bytes: usize) -> Result<Vec<Chunk>> {
+        if self.ahead.first().is_some_and(|c| c.index == index) {
+            return Ok(std::mem::take(&mut self.ahead));
+        }
         if let Source::Sealed { sealed, .. } = &self.source {
             return sealed.read_chunks(index, max_bytes).await;
         }
@@ -84,7 +93,9 @@ impl Replay {
     }
 
     /// Joins chunks, from the current position, into one message of at most
-    /// `max_bytes`, splitting a large chunk at a character boundary.
+    /// `max_bytes`, splitting a large chunk at a character boundary. Only small chunks are
+    /// joined (copied): a chunk of [`JOIN_BELOW_BYTES`] or more goes out as a message of its
+    /// own, as it is, and so does a lone chunk.
     pub(super) fn coalesce(&mut self, chunks: &[Chunk], max_bytes: usize) -> Result<Piece> {
         let from = self.next_index;
         let mut pending = chunks.iter().filter(|c| c.index >= from);
@@ -99,11 +110,15 @@ impl Replay {
         }
         self.position = first.end();
         self.next_index = first.index + 1;
+        let joined = pending.take_while(|c| c.data.len() < JOIN_BELOW_BYTES);
+        if rest.len() >= JOIN_BELOW_BYTES || joined.clone().next().is_none() {
+            return Ok(self.piece(rest));
+        }
         // Sized once: a catch-up read joins up to megabytes of chunks here.
-        let wanted = rest.len() + pending.clone().map(|c| c.data.len()).sum::<usize>();
+        let wanted = rest.len() + joined.clone().map(|c| c.data.len()).sum::<usize>();
         let mut data = BytesMut::with_capacity(wanted.min(max_bytes));
         data.extend_from_slice(&rest);
-        for chunk in pending {
+        for chunk in joined {
             let room = max_bytes - data.len();
             if room == 0 {
                 break;
