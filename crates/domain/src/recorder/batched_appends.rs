@@ -1,38 +1,18 @@
 //! A producer's messages appended together (`Producer::accept_all`), over a real store: what
 //! is refused and what is skipped as a resend is decided message by message, as if each had
 //! come alone.
-use std::sync::Arc;
 use std::time::Duration;
 
-use tempfile::TempDir;
-
-use crate::clock::ManualClock;
 use crate::error::Error;
 use crate::id::ConversationId;
-use crate::recorder::{Limits, LivePolicy, OnConflict, Producer, Recorder, StartOptions};
-use crate::store::{Store, StoreOptions};
+use crate::recorder::test_recorder::fresh_recorder;
+use crate::recorder::{Limits, Producer, Recorder, StartOptions};
 
 const LIMITS: Limits = Limits {
     max_chunk_bytes: 8,
     max_recording_bytes: 40,
     max_retention: Duration::from_secs(3600),
 };
-
-fn fresh_recorder() -> (TempDir, Recorder) {
-    let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        clock: Arc::new(ManualClock::new(1_700_000_000_000)),
-        ..StoreOptions::default()
-    };
-    let store = Store::open(&dir.path().join("tapedeck.redb"), options).unwrap();
-    let policy = LivePolicy {
-        max_live: 10,
-        // Long enough that a detached recording waits for its resume.
-        grace: Duration::from_secs(3600),
-        on_conflict: OnConflict::Supersede,
-    };
-    (dir, Recorder::new(store, LIMITS, policy))
-}
 
 fn id() -> ConversationId {
     ConversationId::parse(b"batched").unwrap()
@@ -64,7 +44,7 @@ async fn complete_and_read(recorder: &Recorder, mut producer: Producer) -> Strin
 
 #[tokio::test]
 async fn a_refused_message_keeps_the_ones_before_it_and_drops_the_ones_after() {
-    let (_dir, recorder) = fresh_recorder();
+    let (_dir, recorder) = fresh_recorder(LIMITS);
     let mut producer = start(&recorder, None).await;
     let refused = producer
         .accept_all(messages(&["one ", "two ", "too long!", "three"]))
@@ -99,7 +79,7 @@ async fn a_refused_message_keeps_the_ones_before_it_and_drops_the_ones_after() {
 
 #[tokio::test]
 async fn a_resend_is_skipped_across_the_messages_it_spans() {
-    let (_dir, recorder) = fresh_recorder();
+    let (_dir, recorder) = fresh_recorder(LIMITS);
     let mut producer = start(&recorder, None).await;
     producer
         .accept_all(messages(&["hello ", "wor"]))
@@ -117,7 +97,7 @@ async fn a_resend_is_skipped_across_the_messages_it_spans() {
 
 #[tokio::test]
 async fn a_resend_that_ends_inside_a_character_is_refused_and_skips_nothing() {
-    let (_dir, recorder) = fresh_recorder();
+    let (_dir, recorder) = fresh_recorder(LIMITS);
     let mut producer = start(&recorder, None).await;
     producer.accept_all(messages(&["né"])).await.unwrap();
     drop(producer);

@@ -45,6 +45,8 @@ mod store_under_the_recorder;
 pub mod streams;
 pub mod sweeper;
 mod tape;
+#[cfg(test)]
+mod test_recorder;
 mod text;
 
 use std::sync::atomic::{AtomicBool, Ordering};

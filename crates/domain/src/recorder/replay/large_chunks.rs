@@ -1,36 +1,18 @@
 //! A byte replay over a real store joins small chunks into one message and sends a large
 //! chunk as a message of its own, wherever the replay starts and however little room a
 //! message has.
-use std::sync::Arc;
 use std::time::Duration;
 
-use tempfile::TempDir;
-
 use super::read::JOIN_BELOW_BYTES;
-use crate::clock::ManualClock;
 use crate::id::ConversationId;
-use crate::recorder::{Limits, LivePolicy, OnConflict, Recorder, StartOptions};
-use crate::store::{Store, StoreOptions};
+use crate::recorder::test_recorder::fresh_recorder;
+use crate::recorder::{Limits, Recorder, StartOptions};
 
-fn fresh_recorder() -> (TempDir, Recorder) {
-    let dir = tempfile::tempdir().unwrap();
-    let options = StoreOptions {
-        clock: Arc::new(ManualClock::new(1_700_000_000_000)),
-        ..StoreOptions::default()
-    };
-    let store = Store::open(&dir.path().join("tapedeck.redb"), options).unwrap();
-    let limits = Limits {
-        max_chunk_bytes: 64 * 1024,
-        max_recording_bytes: 1024 * 1024,
-        max_retention: Duration::from_secs(3600),
-    };
-    let policy = LivePolicy {
-        max_live: 10,
-        grace: Duration::from_secs(3600),
-        on_conflict: OnConflict::Supersede,
-    };
-    (dir, Recorder::new(store, limits, policy))
-}
+const LIMITS: Limits = Limits {
+    max_chunk_bytes: 64 * 1024,
+    max_recording_bytes: 1024 * 1024,
+    max_retention: Duration::from_secs(3600),
+};
 
 fn id() -> ConversationId {
     ConversationId::parse(b"large-chunks").unwrap()
@@ -60,7 +42,7 @@ async fn messages(recorder: &Recorder, offset: u64, max_bytes: usize) -> Vec<Str
 
 #[tokio::test]
 async fn small_chunks_are_joined_and_a_large_one_goes_alone() {
-    let (_dir, recorder) = fresh_recorder();
+    let (_dir, recorder) = fresh_recorder(LIMITS);
     let large = |c: &str| c.repeat(JOIN_BELOW_BYTES + 100);
     let chunks = [
         large("a"),
