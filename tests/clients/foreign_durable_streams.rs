@@ -2,7 +2,8 @@
 //! the Durable Streams project's TypeScript client (`@durable-streams/client`) and the
 //! browser's own EventSource (headless Chromium) against the real binary, on realistic LLM
 //! output (leading and trailing spaces, every kind of line break, text that looks like SSE
-//! fields, characters split across appends, empty appends, JSON and binary streams), live and
+//! fields, characters split across appends, empty appends, appends of tens of KiB beside small
+//! ones, JSON and binary streams), live and
 //! as catch-up, and checks each reader got exactly what was written. `scripts/test.sh`
 //! installs Node's packages (`npm ci` in `tests/foreign`) and Chromium.
 use crate::common;

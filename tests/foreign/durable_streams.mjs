@@ -77,6 +77,13 @@ const cases = [
     ],
   },
   {
+    // Appends of 16 KiB or more go out whole, as the server stores them (small ones are joined),
+    // and the second catch-up reads them from the server's memory.
+    name: "large-chunks",
+    contentType: "text/plain",
+    appends: ["🦀".repeat(5000), " small", " tokens ", "é\nline ".repeat(4000), "b".repeat(40000), " end"],
+  },
+  {
     name: "base64-bytes",
     contentType: "application/octet-stream",
     appends: [[0, 1, 2, 13, 10, 255], [13], [10, 32, 58], [...crab.slice(0, 2)], [...crab.slice(2), 0, 0]],
