@@ -20,6 +20,12 @@ use crate::metrics as metric;
 /// queued as one op are still as many appends); bounds the size and latency of a single
 /// commit.
 const MAX_OPS_PER_COMMIT: usize = 4096;
+/// The same bound on a node of a cluster, where a commit is a log entry. An entry's round
+/// (proposed, written and fsynced by a majority, then applied on every node) costs far more
+/// than a local commit, and the next one waits for it, so more ops share it: with 1,000
+/// producers on a follower, four times as many ops an entry carried 1.5 times the tokens a
+/// second (BENCHMARKS.md, "Round 4: larger cluster entries").
+const MAX_OPS_PER_ENTRY: usize = 16 * 1024;
 
 /// Settings the writer applies to every op.
 pub(crate) struct WriterSettings {
@@ -54,7 +60,11 @@ impl Writer {
 
     /// Serves ops until told to close or every sender is gone.
     pub(crate) fn run(mut self, mut ops: mpsc::Receiver<Queued>) {
-        let mut batch = Batch::default();
+        let limit = match self.db.replicated {
+            Some(_) => MAX_OPS_PER_ENTRY,
+            None => MAX_OPS_PER_COMMIT,
+        };
+        let mut batch = Batch::new(limit);
         let mut pacing = Pacing::new(self.settings.commit_interval);
         // Only to wait for the queue with a deadline; the writer's work stays on this thread.
         // Without one (the process is out of file descriptors), commits are not paced.
@@ -69,7 +79,7 @@ impl Writer {
             // ...and, after a commit of several ops, what comes until it has as many, for no
             // longer than that commit took (see `pacing`).
             if let (Some(wait), Some(timer)) = (pacing.wait(), &timer) {
-                let wanted = wait.ops.min(MAX_OPS_PER_COMMIT);
+                let wanted = wait.ops.min(batch.limit);
                 while !closing && batch.parts < wanted {
                     let until = wait.until.into();
                     match timer.block_on(async { tokio::time::timeout_at(until, ops.recv()).await })
@@ -99,7 +109,7 @@ impl Writer {
                 ops.close();
                 while let Ok(op) = ops.try_recv() {
                     push(&mut batch, op);
-                    if batch.parts >= MAX_OPS_PER_COMMIT {
+                    if batch.parts >= batch.limit {
                         self.commit_batch(&mut batch);
                     }
                 }
@@ -265,7 +275,7 @@ fn appended(batch: &[Op]) -> (usize, u64, u64) {
 /// `Close`.
 fn take_queued(ops: &mut mpsc::Receiver<Queued>, batch: &mut Batch) -> bool {
     let mut closing = false;
-    while batch.parts < MAX_OPS_PER_COMMIT {
+    while batch.parts < batch.limit {
         match ops.try_recv() {
             Ok(op) => closing |= push(batch, op),
             Err(_) => break,
@@ -289,8 +299,19 @@ fn push(batch: &mut Batch, queued: Queued) -> bool {
 
 /// The ops of the next commit, and how many they stand for (see [`Op::parts`]): what its
 /// limit and the pacing count.
-#[derive(Default)]
 struct Batch {
     ops: Vec<Op>,
     parts: usize,
+    /// Most parts one commit takes.
+    limit: usize,
+}
+
+impl Batch {
+    fn new(limit: usize) -> Self {
+        Self {
+            ops: Vec::new(),
+            parts: 0,
+            limit,
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! The commit pipeline's queue and pacing, on the real pipeline over a slow disk: after a commit
 //! of several ops the next one waits, for as long as that commit took, until as many ops are
 //! in hand; after a commit of one op, nothing waits. Chunks larger than the queue's room for
-//! bytes still go through it.
+//! bytes still go through it. A node of a cluster takes more ops into one commit (a log entry)
+//! than a single node.
 use std::time::Instant;
 
 use super::*;
@@ -159,4 +160,69 @@ async fn chunks_larger_than_the_queue_s_room_wait_for_it_and_are_all_committed()
         chunks.iter().map(|c| c.data.len()).collect::<Vec<_>>(),
         [big.len(), half.len(), half.len(), big.len()]
     );
+}
+
+/// Applies each proposal at once, as a cluster of one node would, and counts them.
+#[derive(Default)]
+struct CountedProposals {
+    store: std::sync::OnceLock<Store>,
+    proposals: std::sync::atomic::AtomicUsize,
+}
+
+impl crate::Replication for CountedProposals {
+    fn propose(
+        &self,
+        changes: Vec<u8>,
+        checkpoint: bool,
+        _seen: Option<Vec<u8>>,
+    ) -> crate::Result<()> {
+        self.proposals
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let store = self.store.get().expect("set before the first commit");
+        store.apply_entry(Some(&changes), checkpoint, b"applied")
+    }
+
+    fn leads(&self) -> bool {
+        true
+    }
+}
+
+/// A node of a cluster proposes more ops in one log entry than a single node commits at once
+/// (4,096): 10,000 appends queued together go in one entry.
+#[tokio::test]
+async fn a_node_of_a_cluster_proposes_ten_thousand_queued_ops_in_one_entry() {
+    const OPS: u64 = 10_000;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(T0);
+    let options = StoreOptions {
+        replicated: true,
+        ..options(&clock)
+    };
+    let store = open_path(&db_path(&dir), options);
+    let cluster = Arc::new(CountedProposals::default());
+    let _ = cluster.store.set((*store).clone());
+    store.replicate_through(cluster.clone());
+    let producer = store.start(&id("many")).await.unwrap();
+    let handle = store.clone();
+    store.close().await;
+    let writer = pipeline_over(&handle, &clock, INTERVAL);
+    let (ops, queue) = mpsc::channel(OPS as usize + 1);
+    // Queued before the writer runs: one batch.
+    let acks: Vec<_> = (0..OPS).map(|i| append(&ops, &producer, i).1).collect();
+    let before = cluster.proposals.load(std::sync::atomic::Ordering::Relaxed);
+    let pipeline = std::thread::spawn(move || writer.run(queue));
+    for ack in acks {
+        committed(ack).await;
+    }
+    let proposed = cluster.proposals.load(std::sync::atomic::Ordering::Relaxed) - before;
+    assert_eq!(proposed, 1, "{OPS} queued appends went in one entry");
+    ops.try_send(Op::Close.into()).unwrap();
+    pipeline.join().unwrap();
+    let chunks = all_chunks(
+        &handle,
+        producer.recording().key(),
+        producer.recording().generation(),
+    )
+    .await;
+    assert_eq!(chunks.len() as u64, OPS);
 }
