@@ -40,6 +40,12 @@ impl BatchCommitted {
         }
         Ok(())
     }
+
+    /// Each chunk's answer, in order: the recording's length once it is committed (a batch
+    /// of chunks alone has no other answer to wait for).
+    pub fn into_appends(self) -> Vec<super::Committed> {
+        self.appends
+    }
 }
 
 impl Store {

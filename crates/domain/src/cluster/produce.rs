@@ -1,12 +1,14 @@
 //! The leader's side of a forwarded producer session: a node holding a client's Record call
 //! opens `Produce` here, and this runs the session as a local producer would, answering with
-//! the committed length as each chunk commits, and with how the session ended.
+//! the committed length as its chunks commit (once for the contents that arrived together),
+//! and with how the session ended.
 use std::pin::Pin;
 use std::time::Duration;
 
 use futures::stream::FuturesOrdered;
-use futures::{Stream, StreamExt};
+use futures::{FutureExt, Stream, StreamExt};
 use tokio::sync::mpsc;
+use tokio::sync::oneshot::error::RecvError;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Status, Streaming};
 
@@ -21,6 +23,8 @@ pub(super) type ProducingStream = Pin<Box<dyn Stream<Item = Result<Producing, St
 
 /// Answers waiting for the forwarding node to take them.
 const ANSWERS: usize = 64;
+/// Most contents appended together (as a local `Record` call takes its messages).
+const MOST_CONTENTS_AT_ONCE: usize = 64;
 
 /// Opens the session `open` asks for and runs it over `incoming` on a task of its own.
 ///
@@ -87,91 +91,129 @@ pub(super) async fn first_open(incoming: &mut Streaming<Produced>) -> Result<Ope
     }
 }
 
+/// The length committed after a batch of contents, once all of it is (see [`last_length`]).
+type Answers = futures::future::BoxFuture<'static, Result<crate::Result<u64>, RecvError>>;
+
 async fn run(
     mut producer: Producer,
     mut incoming: Streaming<Produced>,
     answers: mpsc::Sender<Result<Producing, Status>>,
 ) {
-    let mut pending: FuturesOrdered<Committed> = FuturesOrdered::new();
+    let mut pending: FuturesOrdered<Answers> = FuturesOrdered::new();
+    // A message read past a batch of contents, handled next.
+    let mut held = None;
     loop {
-        tokio::select! {
-            stopped = producer.stopped() => {
-                let _ = answers.send(Ok(stopped_answer(stopped, &producer))).await;
-                return;
-            }
-            Some(committed) = pending.next(), if !pending.is_empty() => {
-                if !ack(committed, &answers).await {
-                    producer.detach("its chunks could not be committed".into());
+        let message = match held.take() {
+            Some(message) => message,
+            None => tokio::select! {
+                stopped = producer.stopped() => {
+                    let _ = answers.send(Ok(stopped_answer(stopped, &producer))).await;
                     return;
                 }
+                Some(committed) = pending.next(), if !pending.is_empty() => {
+                    if !ack(committed, &answers).await {
+                        producer.detach("its chunks could not be committed".into());
+                        return;
+                    }
+                    continue;
+                }
+                message = incoming.message() => message,
+            },
+        };
+        let kind = match message {
+            Ok(Some(Produced { kind: Some(kind) })) => kind,
+            // The forwarding node went away: it resumes elsewhere, or its client will.
+            _ => {
+                producer.detach("the node forwarding its producer went away".into());
+                return;
             }
-            message = incoming.message() => {
-                let kind = match message {
-                    Ok(Some(Produced { kind: Some(kind) })) => kind,
-                    // The forwarding node went away: it resumes elsewhere, or its client will.
-                    _ => {
-                        producer.detach("the node forwarding its producer went away".into());
-                        return;
-                    }
-                };
-                match kind {
-                    produced::Kind::Content(content) => match producer.accept(&[], &content).await {
-                        Ok(Some(committed)) => pending.push_back(committed),
-                        Ok(None) => {}
-                        Err(err) => {
-                            producer.detach(err.client_message());
-                            let _ = answers.send(Err(err.into())).await;
-                            return;
+        };
+        match kind {
+            produced::Kind::Content(content) => {
+                // The contents already here go with it, in one append and one answer: the
+                // forwarding node only needs the length committed after the last of them.
+                let mut contents = vec![(Vec::new(), content)];
+                while contents.len() < MOST_CONTENTS_AT_ONCE {
+                    match incoming.message().now_or_never() {
+                        Some(Ok(Some(Produced {
+                            kind: Some(produced::Kind::Content(more)),
+                        }))) => contents.push((Vec::new(), more)),
+                        Some(other) => {
+                            held = Some(other);
+                            break;
                         }
-                    },
-                    produced::Kind::Complete(_) => {
-                        while let Some(committed) = pending.next().await {
-                            if !ack(committed, &answers).await {
-                                producer.detach("its chunks could not be committed".into());
-                                return;
-                            }
-                        }
-                        let answer = match producer.complete().await {
-                            Ok(progress) => Ok(ended(Stop::Ended, progress, producer.end_message())),
-                            Err(err) => Err(err.into()),
-                        };
-                        let _ = answers.send(answer).await;
-                        return;
+                        None => break,
                     }
-                    produced::Kind::Detach(reason) => {
-                        producer.detach(reason);
-                        return;
-                    }
-                    produced::Kind::EndedWithoutComplete(_) => {
-                        // What it sent is committed first, so that a resume finds it.
-                        while let Some(committed) = pending.next().await {
-                            if !ack(committed, &answers).await {
-                                producer.detach("its chunks could not be committed".into());
-                                return;
-                            }
-                        }
-                        let progress = producer.progress();
-                        let message = producer.end_without_complete();
-                        let answer = ended(Stop::Detached, progress, Some(&message));
-                        let _ = answers.send(Ok(answer)).await;
-                        return;
-                    }
-                    produced::Kind::Open(_) => {
-                        producer.detach("a second Open in one session".into());
-                        let refused = Status::invalid_argument("a session opens once");
-                        let _ = answers.send(Err(refused)).await;
+                }
+                match producer.accept_all_answered(contents).await {
+                    Ok(appended) if appended.is_empty() => {}
+                    Ok(appended) => pending.push_back(Box::pin(last_length(appended))),
+                    Err(err) => {
+                        producer.detach(err.client_message());
+                        let _ = answers.send(Err(err.into())).await;
                         return;
                     }
                 }
+            }
+            produced::Kind::Complete(_) => {
+                while let Some(committed) = pending.next().await {
+                    if !ack(committed, &answers).await {
+                        producer.detach("its chunks could not be committed".into());
+                        return;
+                    }
+                }
+                let answer = match producer.complete().await {
+                    Ok(progress) => Ok(ended(Stop::Ended, progress, producer.end_message())),
+                    Err(err) => Err(err.into()),
+                };
+                let _ = answers.send(answer).await;
+                return;
+            }
+            produced::Kind::Detach(reason) => {
+                producer.detach(reason);
+                return;
+            }
+            produced::Kind::EndedWithoutComplete(_) => {
+                // What it sent is committed first, so that a resume finds it.
+                while let Some(committed) = pending.next().await {
+                    if !ack(committed, &answers).await {
+                        producer.detach("its chunks could not be committed".into());
+                        return;
+                    }
+                }
+                let progress = producer.progress();
+                let message = producer.end_without_complete();
+                let answer = ended(Stop::Detached, progress, Some(&message));
+                let _ = answers.send(Ok(answer)).await;
+                return;
+            }
+            produced::Kind::Open(_) => {
+                producer.detach("a second Open in one session".into());
+                let refused = Status::invalid_argument("a session opens once");
+                let _ = answers.send(Err(refused)).await;
+                return;
             }
         }
     }
 }
 
-/// Sends the committed length one chunk's commit gave; false when it failed (the failure
+/// The recording's length once every chunk of `appended` is committed: the last answer,
+/// after each one before it (the first that is not a length ends the wait).
+async fn last_length(appended: Vec<Committed>) -> Result<crate::Result<u64>, RecvError> {
+    let mut last = Ok(Ok(0));
+    for answer in appended {
+        last = answer.await;
+        if !matches!(last, Ok(Ok(_))) {
+            break;
+        }
+    }
+    last
+}
+
+/// Sends the committed length a batch's commit gave; false when it failed (the failure
 /// is sent instead) or the forwarding node is gone.
 async fn ack(
-    committed: Result<crate::Result<u64>, tokio::sync::oneshot::error::RecvError>,
+    committed: Result<crate::Result<u64>, RecvError>,
     answers: &mpsc::Sender<Result<Producing, Status>>,
 ) -> bool {
     let answer = match committed {

@@ -1,6 +1,6 @@
 //! A producer's messages appended together (`Producer::accept_all`), over a real store: what
 //! is refused and what is skipped as a resend is decided message by message, as if each had
-//! come alone.
+//! come alone; each chunk appended is answered with the length committed after it.
 use std::time::Duration;
 
 use crate::error::Error;
@@ -111,4 +111,40 @@ async fn a_resend_that_ends_inside_a_character_is_refused_and_skips_nothing() {
     // What is left of the skip is still whole: one more resent byte, then the new ones.
     resumed.accept_all(messages(&["x", "!"])).await.unwrap();
     assert_eq!(complete_and_read(&recorder, resumed).await, "né!");
+}
+
+/// Each appended chunk is answered with the recording's length once committed; a resend
+/// skipped whole appends nothing and is not answered. A forwarded session on the leader
+/// answers its node with the last of them.
+#[tokio::test]
+async fn each_appended_chunk_is_answered_with_the_length_committed_after_it() {
+    let (_dir, recorder) = fresh_recorder(LIMITS);
+    let mut producer = start(&recorder, None).await;
+    let answers = producer
+        .accept_all_answered(messages(&["one ", "two ", "three"]))
+        .await
+        .unwrap();
+    let mut lengths = Vec::new();
+    for answer in answers {
+        lengths.push(answer.await.unwrap().unwrap());
+    }
+    assert_eq!(lengths, [4, 8, 13]);
+    drop(producer);
+    // Resumed from byte 4: "two " and "three" are resent, so only "!" is appended.
+    let mut resumed = start(&recorder, Some(4)).await;
+    let answers = resumed
+        .accept_all_answered(messages(&["two ", "three", "!"]))
+        .await
+        .unwrap();
+    assert_eq!(answers.len(), 1, "the resend appended nothing of its own");
+    assert_eq!(
+        answers.into_iter().next().unwrap().await.unwrap().unwrap(),
+        14
+    );
+    let lone = resumed.accept_all_answered(messages(&["?"])).await.unwrap();
+    assert_eq!(lone.len(), 1);
+    assert_eq!(
+        complete_and_read(&recorder, resumed).await,
+        "one two three!?"
+    );
 }

@@ -132,6 +132,18 @@ impl Producer {
         &mut self,
         messages: impl IntoIterator<Item = (Vec<u8>, String)>,
     ) -> Result<()> {
+        self.accept_all_answered(messages).await.map(drop)
+    }
+
+    /// As [`accept_all`](Self::accept_all), returning each appended chunk's commit answer
+    /// (the recording's length once it is committed), in order; none when nothing was
+    /// appended.
+    ///
+    /// Fails as [`accept_all`](Self::accept_all) does.
+    pub async fn accept_all_answered(
+        &mut self,
+        messages: impl IntoIterator<Item = (Vec<u8>, String)>,
+    ) -> Result<Vec<Committed>> {
         let skip = self.skip;
         let mut contents = Vec::new();
         let mut pending = 0;
@@ -149,19 +161,29 @@ impl Producer {
                 }
             }
         }
+        let mut answers = Vec::new();
         if !contents.is_empty() {
             let writer = self.writer.as_mut().ok_or(Error::RecordingEnded)?;
             // A lone message (a producer's usual pace) goes as a plain append, not a group.
             let appended = match contents.len() {
-                1 => writer.append_bytes(contents.remove(0)).await.map(drop),
-                _ => writer.write_batch(contents, None, None).await.map(drop),
+                1 => writer
+                    .append_bytes(contents.remove(0))
+                    .await
+                    .map(|one| vec![one]),
+                _ => writer
+                    .write_batch(contents, None, None)
+                    .await
+                    .map(|batch| batch.into_appends()),
             };
-            if let Err(err) = appended {
-                self.skip = skip;
-                return Err(err);
+            match appended {
+                Ok(appended) => answers = appended,
+                Err(err) => {
+                    self.skip = skip;
+                    return Err(err);
+                }
             }
         }
-        refused.map_or(Ok(()), Err)
+        refused.map_or(Ok(answers), Err)
     }
 
     /// Where in a message's `content` what is to be appended starts, after the `pending` bytes
