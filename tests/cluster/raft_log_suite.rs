@@ -77,7 +77,7 @@ impl RaftStateMachine<TypeConfig> for Memory {
         for entry in entries {
             applied.last = Some(entry.log_id);
             match entry.payload {
-                EntryPayload::Normal(proposal) => applied.proposals.push(proposal.changes),
+                EntryPayload::Normal(proposal) => applied.proposals.push(proposal.changes.to_vec()),
                 EntryPayload::Membership(membership) => {
                     applied.membership = StoredMembership::new(Some(entry.log_id), membership);
                 }

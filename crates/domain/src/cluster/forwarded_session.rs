@@ -17,12 +17,25 @@ use super::relay::{
 use crate::clock::Clock;
 use crate::error::{Error, Result};
 use crate::pb::cluster::cluster_client::ClusterClient;
-use crate::pb::cluster::{Open, Produced, Producing, produced, producing};
+use crate::pb::cluster::{Contents, Open, Produced, Producing, produced, producing};
 
 /// Hand-overs to a next leader in a row that commit nothing before the session is given up.
 const MAX_FRUITLESS_HANDOVERS: u32 = 10;
 /// The longest wait between two attempts to open a session while no leader takes it.
 const RETRY_PAUSE_MAX: Duration = Duration::from_millis(100);
+
+/// Most contents sent in one message (as many as the leader appends together).
+const MOST_CONTENTS_A_MESSAGE: usize = 64;
+
+/// `contents` (at least one) as one message: a lone one as `Content`.
+fn contents_message(mut contents: Vec<String>) -> Produced {
+    let kind = if contents.len() == 1 {
+        produced::Kind::Content(contents.pop().unwrap_or_default())
+    } else {
+        produced::Kind::Contents(Contents { content: contents })
+    };
+    Produced { kind: Some(kind) }
+}
 
 /// A content sent to the leader and not acknowledged yet.
 pub(super) struct Unacked {
@@ -192,41 +205,18 @@ impl Session {
         commands: &mut mpsc::Receiver<Command>,
         ended: &watch::Sender<Option<Outcome>>,
     ) -> Option<Status> {
+        let mut taken = Vec::with_capacity(MOST_CONTENTS_A_MESSAGE);
         loop {
             tokio::select! {
-                command = commands.recv(), if self.finishing.is_none() => {
-                    let Some(command) = command else {
+                received = commands.recv_many(&mut taken, MOST_CONTENTS_A_MESSAGE), if self.finishing.is_none() => {
+                    if received == 0 {
                         // The handle is gone without a word: let go, the client may resume.
                         let detach = produced::Kind::Detach("the producer's call went away".into());
                         let _ = connection.outgoing.send(Produced { kind: Some(detach) }).await;
                         return None;
-                    };
-                    match command {
-                        Command::Content { content, end, done } => {
-                            self.sent = end;
-                            let message = Produced { kind: Some(produced::Kind::Content(content.clone())) };
-                            if end <= self.acked {
-                                // Resent by a resuming client and committed already: the
-                                // leader skips it.
-                                let _ = done.send(Ok(end));
-                            } else {
-                                self.unacked.push_back(Unacked { end, content, done });
-                            }
-                            if connection.outgoing.send(message).await.is_err() {
-                                return Some(Status::unavailable("the leader's call closed"));
-                            }
-                        }
-                        Command::Finish(kind, done) => {
-                            let message = Produced { kind: Some(kind.clone()) };
-                            self.finishing = Some((kind, done));
-                            if connection.outgoing.send(message).await.is_err() {
-                                return Some(Status::unavailable("the leader's call closed"));
-                            }
-                        }
-                        Command::Detach(message) => {
-                            let _ = connection.outgoing.send(message).await;
-                            return None;
-                        }
+                    }
+                    if let Some(ended) = self.send_commands(&mut taken, connection).await {
+                        return ended;
                     }
                 }
                 answer = connection.incoming.message() => match answer {
@@ -250,6 +240,69 @@ impl Session {
                 }
             }
         }
+    }
+
+    /// Sends what `commands` ask (emptying it), in order; the contents among them that come
+    /// one after another go in one message. Returns how serving ends, if one of them ends it.
+    async fn send_commands(
+        &mut self,
+        commands: &mut Vec<Command>,
+        connection: &Connection,
+    ) -> Option<Option<Status>> {
+        let closed = || Some(Some(Status::unavailable("the leader's call closed")));
+        let mut contents = Vec::new();
+        for command in commands.drain(..) {
+            let (message, detach) = match command {
+                Command::Content { content, end, done } => {
+                    self.sent = end;
+                    if end <= self.acked {
+                        // Resent by a resuming client and committed already: the leader
+                        // skips it.
+                        let _ = done.send(Ok(end));
+                    } else {
+                        let content = content.clone();
+                        self.unacked.push_back(Unacked { end, content, done });
+                    }
+                    contents.push(content);
+                    continue;
+                }
+                Command::Finish(kind, done) => {
+                    let message = Produced {
+                        kind: Some(kind.clone()),
+                    };
+                    self.finishing = Some((kind, done));
+                    (message, false)
+                }
+                Command::Detach(message) => (message, true),
+            };
+            // The contents before it go first.
+            if !contents.is_empty() {
+                let sent = connection.outgoing.send(contents_message(contents)).await;
+                if sent.is_err() {
+                    return closed();
+                }
+            }
+            let sent = connection.outgoing.send(message).await;
+            if detach {
+                return Some(None);
+            }
+            if sent.is_err() {
+                return closed();
+            }
+            // Finishing: what came after it is dropped unread, as the handle sends nothing
+            // more but a detach when its call goes away, which a finishing session ignores.
+            return None;
+        }
+        if !contents.is_empty()
+            && connection
+                .outgoing
+                .send(contents_message(contents))
+                .await
+                .is_err()
+        {
+            return closed();
+        }
+        None
     }
 
     /// Where the next leader's session resumes: where the contents not acknowledged begin
@@ -280,10 +333,9 @@ impl Session {
     /// Sends the unacknowledged contents (and the completion, if asked) on a new call; false
     /// when the call failed already.
     async fn resend(&mut self, connection: &Connection) -> bool {
-        for unacked in &self.unacked {
-            let message = Produced {
-                kind: Some(produced::Kind::Content(unacked.content.clone())),
-            };
+        let contents: Vec<String> = self.unacked.iter().map(|u| u.content.clone()).collect();
+        for contents in contents.chunks(MOST_CONTENTS_A_MESSAGE) {
+            let message = contents_message(contents.to_vec());
             if connection.outgoing.send(message).await.is_err() {
                 return false;
             }

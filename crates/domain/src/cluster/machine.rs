@@ -96,11 +96,15 @@ impl RaftStateMachine<TypeConfig> for Machine {
                         Applying::Commit(proposal)
                     }
                 };
-                let digest = match &applied {
-                    Applying::Commit(proposal) => crc32fast::hash(&proposal.changes),
-                    _ => 0,
-                };
-                tracing::trace!(node, %log_id, commit = matches!(applied, Applying::Commit(_)), digest, "applying an entry");
+                if tracing::enabled!(tracing::Level::TRACE) {
+                    // A checksum of the changes, to compare what each node applied: only when
+                    // it is logged, as it reads every byte of the entry.
+                    let digest = match &applied {
+                        Applying::Commit(proposal) => crc32fast::hash(&proposal.changes),
+                        _ => 0,
+                    };
+                    tracing::trace!(node, %log_id, commit = matches!(applied, Applying::Commit(_)), digest, "applying an entry");
+                }
                 let encoded = state.encode().map_err(|err| (log_id, err))?;
                 let result = match &applied {
                     Applying::Commit(proposal) => store.apply_entry(

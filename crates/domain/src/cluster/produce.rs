@@ -23,7 +23,8 @@ pub(super) type ProducingStream = Pin<Box<dyn Stream<Item = Result<Producing, St
 
 /// Answers waiting for the forwarding node to take them.
 const ANSWERS: usize = 64;
-/// Most contents appended together (as a local `Record` call takes its messages).
+/// Contents appended together: messages are read while fewer are in hand (as a local `Record`
+/// call takes its messages), and each forwarded message holds at most this many too.
 const MOST_CONTENTS_AT_ONCE: usize = 64;
 
 /// Opens the session `open` asks for and runs it over `incoming` on a task of its own.
@@ -129,15 +130,20 @@ async fn run(
             }
         };
         match kind {
-            produced::Kind::Content(content) => {
+            kind @ (produced::Kind::Content(_) | produced::Kind::Contents(_)) => {
                 // The contents already here go with it, in one append and one answer: the
                 // forwarding node only needs the length committed after the last of them.
-                let mut contents = vec![(Vec::new(), content)];
+                let mut contents = Vec::new();
+                add_contents(kind, &mut contents);
                 while contents.len() < MOST_CONTENTS_AT_ONCE {
                     match incoming.message().now_or_never() {
                         Some(Ok(Some(Produced {
-                            kind: Some(produced::Kind::Content(more)),
-                        }))) => contents.push((Vec::new(), more)),
+                            kind:
+                                Some(
+                                    more @ (produced::Kind::Content(_)
+                                    | produced::Kind::Contents(_)),
+                                ),
+                        }))) => add_contents(more, &mut contents),
                         Some(other) => {
                             held = Some(other);
                             break;
@@ -194,6 +200,20 @@ async fn run(
                 return;
             }
         }
+    }
+}
+
+/// Adds the contents a `Content` or `Contents` message carries to `contents`, as a producer's
+/// accepts them (with no conversation id of their own).
+fn add_contents(kind: produced::Kind, contents: &mut Vec<(Vec<u8>, String)>) {
+    match kind {
+        produced::Kind::Content(content) => contents.push((Vec::new(), content)),
+        produced::Kind::Contents(more) => contents.extend(
+            more.content
+                .into_iter()
+                .map(|content| (Vec::new(), content)),
+        ),
+        _ => {}
     }
 }
 

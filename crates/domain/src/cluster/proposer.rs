@@ -43,7 +43,7 @@ impl Replication for Proposer {
             None => None,
         };
         let proposal = Proposal {
-            changes,
+            changes: changes.into(),
             checkpoint,
             base,
         };

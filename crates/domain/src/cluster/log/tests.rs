@@ -16,7 +16,7 @@ fn entry(term: u64, index: u64) -> Entry {
     Entry {
         log_id: log_id(term, index),
         payload: EntryPayload::Normal(Proposal {
-            changes: format!("commit {index} of term {term}").into_bytes(),
+            changes: format!("commit {index} of term {term}").into(),
             checkpoint: index.is_multiple_of(3),
             base: None,
         }),
@@ -280,7 +280,7 @@ fn big_entry(index: u64, bytes: usize) -> Entry {
     Entry {
         log_id: log_id(1, index),
         payload: EntryPayload::Normal(Proposal {
-            changes: vec![b'x'; bytes],
+            changes: vec![b'x'; bytes].into(),
             checkpoint: false,
             base: None,
         }),
