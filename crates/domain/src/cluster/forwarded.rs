@@ -109,6 +109,54 @@ impl ForwardedProducer {
         conversation_id: &[u8],
         content: &str,
     ) -> Result<Option<Committed>> {
+        self.check_id(conversation_id)?;
+        if content.is_empty() {
+            return Ok(None);
+        }
+        self.appended += content.len() as u64;
+        let (done, committed) = oneshot::channel();
+        let command = Command::Contents {
+            contents: vec![(content.to_string(), self.appended)],
+            done: Some(done),
+        };
+        self.commands.send(command).await.map_err(|_| self.over())?;
+        Ok(Some(committed))
+    }
+
+    /// Sends the content of each of `messages` (conversation id, content) to the leader, in
+    /// order and together; does not wait for their commit.
+    ///
+    /// Fails at the first message refused, as [`accept`](Self::accept) does, once the
+    /// contents before it are sent.
+    pub async fn accept_all(
+        &mut self,
+        messages: impl IntoIterator<Item = (Vec<u8>, String)>,
+    ) -> Result<()> {
+        let mut contents = Vec::new();
+        let mut refused = Ok(());
+        for (conversation_id, content) in messages {
+            if let Err(err) = self.check_id(&conversation_id) {
+                refused = Err(err);
+                break;
+            }
+            if !content.is_empty() {
+                self.appended += content.len() as u64;
+                contents.push((content, self.appended));
+            }
+        }
+        if !contents.is_empty() {
+            let command = Command::Contents {
+                contents,
+                done: None,
+            };
+            self.commands.send(command).await.map_err(|_| self.over())?;
+        }
+        refused
+    }
+
+    /// Fails with `ConversationIdChanged` when `conversation_id` (if given) names another
+    /// conversation than the session's.
+    fn check_id(&self, conversation_id: &[u8]) -> Result<()> {
         let id = &self.id;
         if !conversation_id.is_empty()
             && conversation_id != id.original()
@@ -116,18 +164,7 @@ impl ForwardedProducer {
         {
             return Err(Error::ConversationIdChanged);
         }
-        if content.is_empty() {
-            return Ok(None);
-        }
-        self.appended += content.len() as u64;
-        let (done, committed) = oneshot::channel();
-        let command = Command::Content {
-            content: content.to_string(),
-            end: self.appended,
-            done,
-        };
-        self.commands.send(command).await.map_err(|_| self.over())?;
-        Ok(Some(committed))
+        Ok(())
     }
 
     /// A future that resolves once [`stopped`](Self::stopped) would, polled beside each

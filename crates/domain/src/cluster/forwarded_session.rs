@@ -1,6 +1,7 @@
 //! The task that runs a forwarded producer session (see `forwarded`): it owns the call to the
-//! leader, acknowledges each content once the leader says it is committed, and when the
-//! leader is lost opens the session again on the next one and resends what was not acknowledged.
+//! leader, acknowledges the contents waited for once the leader says they are committed, and
+//! when the leader is lost opens the session again on the next one and resends what was not
+//! acknowledged.
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -42,8 +43,8 @@ pub(super) struct Unacked {
     /// Byte offset just after it.
     end: u64,
     content: String,
-    /// Told its end once it is committed.
-    done: oneshot::Sender<Result<u64>>,
+    /// Told its end once it is committed, if anyone waits for it.
+    done: Option<oneshot::Sender<Result<u64>>>,
 }
 
 /// One open `Produce` call to the leader.
@@ -242,67 +243,28 @@ impl Session {
         }
     }
 
-    /// Sends what `commands` ask (emptying it), in order; the contents among them that come
-    /// one after another go in one message. Returns how serving ends, if one of them ends it.
+    /// Takes what `commands` ask (emptying it) and sends it. Returns how serving ends, if one
+    /// of them ends it.
     async fn send_commands(
         &mut self,
         commands: &mut Vec<Command>,
         connection: &Connection,
     ) -> Option<Option<Status>> {
-        let closed = || Some(Some(Status::unavailable("the leader's call closed")));
-        let mut contents = Vec::new();
-        for command in commands.drain(..) {
-            let (message, detach) = match command {
-                Command::Content { content, end, done } => {
-                    self.sent = end;
-                    if end <= self.acked {
-                        // Resent by a resuming client and committed already: the leader
-                        // skips it.
-                        let _ = done.send(Ok(end));
-                    } else {
-                        let content = content.clone();
-                        self.unacked.push_back(Unacked { end, content, done });
-                    }
-                    contents.push(content);
-                    continue;
-                }
-                Command::Finish(kind, done) => {
-                    let message = Produced {
-                        kind: Some(kind.clone()),
-                    };
-                    self.finishing = Some((kind, done));
-                    (message, false)
-                }
-                Command::Detach(message) => (message, true),
-            };
-            // The contents before it go first.
-            if !contents.is_empty() {
-                let sent = connection.outgoing.send(contents_message(contents)).await;
-                if sent.is_err() {
-                    return closed();
-                }
+        let taken = take_commands(
+            commands,
+            self.acked,
+            &mut self.sent,
+            &mut self.unacked,
+            &mut self.finishing,
+        );
+        for message in taken.messages {
+            if connection.outgoing.send(message).await.is_err() && !taken.detach {
+                // What was not sent is waiting (`unacked`, `finishing`): it goes to the next
+                // leader.
+                return Some(Some(Status::unavailable("the leader's call closed")));
             }
-            let sent = connection.outgoing.send(message).await;
-            if detach {
-                return Some(None);
-            }
-            if sent.is_err() {
-                return closed();
-            }
-            // Finishing: what came after it is dropped unread, as the handle sends nothing
-            // more but a detach when its call goes away, which a finishing session ignores.
-            return None;
         }
-        if !contents.is_empty()
-            && connection
-                .outgoing
-                .send(contents_message(contents))
-                .await
-                .is_err()
-        {
-            return closed();
-        }
-        None
+        taken.detach.then_some(None)
     }
 
     /// Where the next leader's session resumes: where the contents not acknowledged begin
@@ -324,8 +286,11 @@ impl Session {
             if first.end > self.acked {
                 break;
             }
-            if let Some(Unacked { end, done, .. }) = self.unacked.pop_front() {
-                let _ = done.send(Ok(end));
+            let Some(acked) = self.unacked.pop_front() else {
+                break;
+            };
+            if let Some(done) = acked.done {
+                let _ = done.send(Ok(acked.end));
             }
         }
     }
@@ -366,8 +331,8 @@ impl Session {
     fn fail(&mut self, err: Error) {
         let message = err.client_message();
         let kind = err.kind();
-        for unacked in self.unacked.drain(..) {
-            let _ = unacked.done.send(Err(Error::LeaderRefused {
+        for done in self.unacked.drain(..).filter_map(|unacked| unacked.done) {
+            let _ = done.send(Err(Error::LeaderRefused {
                 kind,
                 message: message.clone(),
             }));
@@ -375,5 +340,195 @@ impl Session {
         if let Some((_, done)) = self.finishing.take() {
             let _ = done.send(Err(err));
         }
+    }
+}
+
+/// What [`take_commands`] made of a handle's commands.
+struct Taken {
+    /// To send to the leader, in order.
+    messages: Vec<Produced>,
+    /// The handle let go: the session ends once they are sent.
+    detach: bool,
+}
+
+/// Takes `commands` (emptying it) into a session's state before anything is sent, so that a
+/// call that fails midway loses none of them: each content goes to `unacked` (unless it ends
+/// at or before `acked`: resent by a resuming client and committed already, it is answered at
+/// once) and moves `sent` on; a completion goes to `finishing`. The messages carry them in
+/// order, the contents that come one after another together, up to
+/// [`MOST_CONTENTS_A_MESSAGE`] a message. Nothing after a completion or a detach is taken: the
+/// handle sends nothing more after either but a detach when its call goes away, which a
+/// finishing session ignores.
+fn take_commands(
+    commands: &mut Vec<Command>,
+    acked: u64,
+    sent: &mut u64,
+    unacked: &mut VecDeque<Unacked>,
+    finishing: &mut Option<(produced::Kind, oneshot::Sender<Result<Outcome>>)>,
+) -> Taken {
+    let mut messages = Vec::new();
+    let mut contents = Vec::new();
+    let mut detach = false;
+    for command in commands.drain(..) {
+        let last = match command {
+            Command::Contents {
+                contents: more,
+                mut done,
+            } => {
+                let count = more.len();
+                for (at, (content, end)) in more.into_iter().enumerate() {
+                    let done = if at + 1 == count { done.take() } else { None };
+                    *sent = end;
+                    if end <= acked {
+                        if let Some(done) = done {
+                            let _ = done.send(Ok(end));
+                        }
+                    } else {
+                        let content = content.clone();
+                        unacked.push_back(Unacked { end, content, done });
+                    }
+                    contents.push(content);
+                    if contents.len() == MOST_CONTENTS_A_MESSAGE {
+                        messages.push(contents_message(std::mem::take(&mut contents)));
+                    }
+                }
+                continue;
+            }
+            Command::Finish(kind, done) => {
+                let message = Produced {
+                    kind: Some(kind.clone()),
+                };
+                *finishing = Some((kind, done));
+                message
+            }
+            Command::Detach(message) => {
+                detach = true;
+                message
+            }
+        };
+        if !contents.is_empty() {
+            messages.push(contents_message(std::mem::take(&mut contents)));
+        }
+        messages.push(last);
+        break;
+    }
+    if !contents.is_empty() {
+        messages.push(contents_message(contents));
+    }
+    Taken { messages, detach }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A command of `contents`, each ending where the one before it left off from `from`.
+    fn contents(texts: &[&str], from: u64, done: Option<oneshot::Sender<Result<u64>>>) -> Command {
+        let mut end = from;
+        let contents = texts
+            .iter()
+            .map(|text| {
+                end += text.len() as u64;
+                (text.to_string(), end)
+            })
+            .collect();
+        Command::Contents { contents, done }
+    }
+
+    /// The contents a message carries, or its kind's name.
+    fn carried(message: &Produced) -> Vec<String> {
+        match &message.kind {
+            Some(produced::Kind::Content(content)) => vec![content.clone()],
+            Some(produced::Kind::Contents(many)) => many.content.clone(),
+            Some(produced::Kind::Complete(_)) => vec!["<complete>".into()],
+            Some(produced::Kind::Detach(_)) => vec!["<detach>".into()],
+            other => panic!("unexpected {other:?}"),
+        }
+    }
+
+    #[test]
+    fn every_content_taken_waits_for_its_ack_before_anything_is_sent() {
+        let many: Vec<String> = (0..100).map(|i| format!("{i:02}")).collect();
+        let many: Vec<&str> = many.iter().map(String::as_str).collect();
+        let (done, mut answer) = oneshot::channel();
+        let mut commands = vec![
+            contents(&many, 0, None),
+            contents(&["end"], 200, Some(done)),
+        ];
+        let (mut sent, mut unacked, mut finishing) = (0, VecDeque::new(), None);
+
+        let taken = take_commands(&mut commands, 0, &mut sent, &mut unacked, &mut finishing);
+
+        assert!(commands.is_empty());
+        assert!(!taken.detach);
+        // All of them wait in `unacked` (so a call that fails midway sends them again), in
+        // order, the last one's waiter with it.
+        assert_eq!(sent, 203);
+        assert_eq!(unacked.len(), 101);
+        let ends: Vec<u64> = unacked.iter().map(|u| u.end).collect();
+        assert_eq!(
+            ends,
+            (1..=100).map(|i| i * 2).chain([203]).collect::<Vec<_>>()
+        );
+        assert!(unacked.iter().take(100).all(|u| u.done.is_none()));
+        assert!(unacked.back().is_some_and(|u| u.done.is_some()));
+        assert!(
+            answer.try_recv().is_err(),
+            "answered before it is committed"
+        );
+        // Sent together, at most 64 a message, in order.
+        let sizes: Vec<usize> = taken.messages.iter().map(|m| carried(m).len()).collect();
+        assert_eq!(sizes, [64, 37]);
+        let all: Vec<String> = taken.messages.iter().flat_map(carried).collect();
+        assert_eq!(
+            all,
+            many.iter()
+                .map(|s| s.to_string())
+                .chain(["end".into()])
+                .collect::<Vec<_>>()
+        );
+    }
+
+    #[test]
+    fn nothing_after_a_completion_or_a_detach_is_taken() {
+        let (done, _answer) = oneshot::channel();
+        let complete = produced::Kind::Complete(true);
+        let mut commands = vec![
+            contents(&["a", "b"], 0, None),
+            Command::Finish(complete, done),
+            contents(&["c"], 2, None),
+        ];
+        let (mut sent, mut unacked, mut finishing) = (0, VecDeque::new(), None);
+        let taken = take_commands(&mut commands, 0, &mut sent, &mut unacked, &mut finishing);
+        let all: Vec<String> = taken.messages.iter().flat_map(carried).collect();
+        assert_eq!(all, ["a", "b", "<complete>"]);
+        assert!(finishing.is_some() && !taken.detach);
+        assert_eq!((sent, unacked.len()), (2, 2));
+
+        let detach = Produced {
+            kind: Some(produced::Kind::Detach("gone".into())),
+        };
+        let mut commands = vec![contents(&["d"], 2, None), Command::Detach(detach)];
+        let taken = take_commands(&mut commands, 0, &mut sent, &mut unacked, &mut finishing);
+        let all: Vec<String> = taken.messages.iter().flat_map(carried).collect();
+        assert_eq!(all, ["d", "<detach>"]);
+        assert!(taken.detach);
+    }
+
+    #[test]
+    fn a_content_committed_already_is_answered_at_once_and_still_sent() {
+        let (done, mut answer) = oneshot::channel();
+        let mut commands = vec![
+            contents(&["ab", "cd"], 0, Some(done)),
+            contents(&["ef"], 4, None),
+        ];
+        let (mut sent, mut unacked, mut finishing) = (0, VecDeque::new(), None);
+        let taken = take_commands(&mut commands, 4, &mut sent, &mut unacked, &mut finishing);
+        assert_eq!(answer.try_recv().ok().map(|r| r.ok()), Some(Some(4)));
+        let waiting: Vec<&str> = unacked.iter().map(|u| u.content.as_str()).collect();
+        assert_eq!(waiting, ["ef"]);
+        assert_eq!(sent, 6);
+        let all: Vec<String> = taken.messages.iter().flat_map(carried).collect();
+        assert_eq!(all, ["ab", "cd", "ef"]);
     }
 }

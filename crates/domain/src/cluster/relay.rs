@@ -16,10 +16,12 @@ pub(super) const OUTGOING: usize = 256;
 
 /// What the handle asks of the session's task.
 pub(super) enum Command {
-    Content {
-        content: String,
-        end: u64,
-        done: oneshot::Sender<Result<u64>>,
+    /// Chunks' contents, in order, each with the byte offset just after it; `done` is told the
+    /// last one's offset once it is committed (a `Record` call, answered once at its end,
+    /// waits for none).
+    Contents {
+        contents: Vec<(String, u64)>,
+        done: Option<oneshot::Sender<Result<u64>>>,
     },
     /// Completes (`Complete`) or lets go (`EndedWithoutComplete`) once everything sent is
     /// committed; answered with how the session ended.
@@ -35,12 +37,15 @@ pub(super) struct Outcome {
     pub(super) message: Option<String>,
 }
 
-/// Whether a failed call to the leader may go on with the next one.
+/// Whether a failed call to the leader may go on with the next one: the leader said it cannot
+/// take it now, or the call itself failed. A status made here from a transport failure carries
+/// its source (an HTTP/2 error is `INTERNAL` when a leader that is stopping tears down the
+/// connection mid-call); one the leader sent has none.
 pub(super) fn retriable(status: &Status) -> bool {
     matches!(
         status.code(),
         Code::Unavailable | Code::Unknown | Code::Cancelled | Code::DeadlineExceeded
-    )
+    ) || std::error::Error::source(status).is_some()
 }
 
 /// The leader's refusal, as this node's error.
@@ -100,5 +105,24 @@ pub(super) fn outcome(end: &Ended) -> Outcome {
             status,
         },
         message: end.message.clone(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_call_torn_down_is_tried_again_and_a_refusal_is_not() {
+        // What tonic makes of a connection a stopping leader tore down mid-call.
+        let torn = Status::from_error(Box::new(h2::Error::from(h2::Reason::PROTOCOL_ERROR)));
+        assert_eq!(torn.code(), Code::Internal);
+        assert!(retriable(&torn), "{torn:?}");
+        assert!(retriable(&Status::unavailable("no leader yet")));
+        // The leader's own answers.
+        assert!(!retriable(&Status::internal("the commit failed")));
+        assert!(!retriable(&Status::invalid_argument(
+            "a session opens once"
+        )));
     }
 }

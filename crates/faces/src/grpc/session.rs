@@ -64,20 +64,16 @@ impl Session {
         }
     }
 
-    /// Appends the content of each of `messages` in order, together where the session is here
-    /// (see [`Producer::accept_all`]), and empties it; does not wait for their commit.
+    /// Appends the content of each of `messages` in order, together (see
+    /// [`Producer::accept_all`], [`ForwardedProducer::accept_all`]), and empties it; does not
+    /// wait for their commit.
     ///
     /// Fails at the first message refused, as [`accept`](Self::accept) does.
     pub(super) async fn accept_all(&mut self, messages: &mut Vec<RecordRequest>) -> Result<()> {
         let messages = messages.drain(..).map(|m| (m.conversation_id, m.content));
         match self {
             Session::Local(producer) => producer.accept_all(messages).await,
-            Session::Forwarded(forwarded) => {
-                for (conversation_id, content) in messages {
-                    forwarded.accept(&conversation_id, &content).await?;
-                }
-                Ok(())
-            }
+            Session::Forwarded(forwarded) => forwarded.accept_all(messages).await,
         }
     }
 
