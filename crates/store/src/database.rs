@@ -216,6 +216,18 @@ impl DbHandle {
         }
     }
 
+    /// Zeroes the log file's next stretch if its end comes near (see [`Wal::zero_ahead`]); the
+    /// commit pipeline calls this when it has nothing else to do. Not while the disk is full
+    /// (the space is for commits), nor on a node of a cluster (it has no log of its own).
+    pub(crate) fn zero_log_ahead(&self) {
+        if self.replicated.is_some() || self.lock_full().since.is_some() {
+            return;
+        }
+        if let Err(err) = self.lock_wal().zero_ahead(self.checkpoint_bytes) {
+            tracing::debug!(error = %err, "could not zero the write-ahead log ahead of its end; its syncs write its inode too until the next checkpoint");
+        }
+    }
+
     /// Makes everything committed so far durable in redb and empties the log, if it holds
     /// anything. Only while no chunk is unfolded: the writer's own checkpoint folds them first.
     ///

@@ -73,7 +73,7 @@ impl Writer {
             .build()
             .inspect_err(|err| tracing::warn!(error = %err, "commits are not paced: no timer for the commit pipeline"))
             .ok();
-        while let Some(op) = ops.blocking_recv() {
+        while let Some(op) = self.next_op(&mut ops) {
             // Group commit: whatever queued up during the previous commit goes in this one...
             let mut closing = push(&mut batch, op) | take_queued(&mut ops, &mut batch);
             // ...and, after a commit of several ops, what comes until it has as many, for no
@@ -127,6 +127,15 @@ impl Writer {
             tracing::error!(error = %err, "could not checkpoint at shutdown; the next start rolls the write-ahead log forward");
         }
         tracing::debug!("commit pipeline stopped");
+    }
+
+    /// Waits for the next op. With none queued, the log's next stretch is zeroed first if it is
+    /// due (see `DbHandle::zero_log_ahead`): the writer would only be waiting.
+    fn next_op(&self, ops: &mut mpsc::Receiver<Queued>) -> Option<Queued> {
+        if ops.is_empty() {
+            self.db.zero_log_ahead();
+        }
+        ops.blocking_recv()
     }
 
     /// Commits `batch`, and empties it.

@@ -14,6 +14,11 @@
 //! file's start whose LSNs follow the checkpoint's one by one; it ends at the first frame that
 //! is cut short, does not check, or is older (left from an earlier round).
 //!
+//! The file's first round is zeroed ahead of the frames, a stretch at a time, while the writer
+//! has nothing else to do (`zero_ahead`): a frame that grows the file makes its sync write
+//! the file's inode as well as its data, a frame written over zeros or old frames only its data.
+//! Zeros read as the log's end.
+//!
 //! Invariant: the log holds exactly the commits made since the last checkpoint, in order. A
 //! commit whose log write fails, or that redb refuses after its frame was written, is cut off
 //! the file (if even that fails, the next commit is a checkpoint, and the file is emptied).
@@ -33,6 +38,11 @@ pub(crate) use roll_forward::{apply_changes, checkpoint_commit, roll_forward};
 
 /// Bytes of a frame before its payload.
 const HEADER_BYTES: usize = 16;
+/// Bytes zeroed ahead of the log's end at a time (see [`Wal::zero_ahead`]): the next stretch
+/// is zeroed once the log comes within half of this of what is written already. Zeroing and
+/// syncing this much takes about a millisecond here, and saves the 1,700 syncs of 150-byte
+/// frames that would fill it an inode write each.
+const ZERO_AHEAD_BYTES: u64 = 256 * 1024;
 /// The `meta` key of the last LSN a checkpoint made durable in redb.
 pub(crate) const CHECKPOINT_LSN_KEY: &str = "wal_checkpoint_lsn";
 
@@ -52,6 +62,11 @@ pub(crate) struct Wal {
     /// A failed write may have left bytes that could not be cut off: checkpoint before the
     /// next append, which empties the log.
     dirty_tail: bool,
+    /// Bytes from the file's start known to be written (old frames, or zeros): a frame within
+    /// them neither grows the file nor fills a hole in it, so its sync writes its data alone.
+    written: u64,
+    /// Zeroing ahead failed (a full disk, say): not tried again before the next checkpoint.
+    zeroing_failed: bool,
     /// Reused to build frames.
     frame: Vec<u8>,
 }
@@ -66,12 +81,15 @@ impl Wal {
         last_lsn: u64,
     ) -> std::io::Result<Wal> {
         let file = files.open(path, OpenMode::Create)?;
+        let written = file.len()?;
         let wal = Wal {
             file,
             path: path.to_path_buf(),
             len: 0,
             last_lsn,
             dirty_tail: false,
+            written,
+            zeroing_failed: false,
             frame: Vec::new(),
         };
         // The file's directory entry must survive a crash before a frame in it counts.
@@ -102,13 +120,14 @@ impl Wal {
         let before = self.len;
         let lsn = self.last_lsn + 1;
         encode_frame(&mut self.frame, lsn, payload);
-        let written = self
+        let durable = self
             .file
             .write(before, &self.frame)
             .and_then(|()| self.file.sync_data());
-        match written {
+        match durable {
             Ok(()) => {
                 self.len = before + self.frame.len() as u64;
+                self.written = self.written.max(self.len);
                 self.last_lsn = lsn;
                 Ok(before)
             }
@@ -138,15 +157,47 @@ impl Wal {
     pub(crate) fn reset(&mut self, lsn: u64) -> std::io::Result<()> {
         self.last_lsn = lsn;
         self.len = 0;
+        self.zeroing_failed = false;
         if self.dirty_tail {
+            self.written = 0;
             self.file.set_len(0).and_then(|()| self.file.sync_all())?;
             self.dirty_tail = false;
         }
         Ok(())
     }
 
+    /// Zeroes the next stretch of the file after the log's end, and syncs it, once the log has
+    /// come within half a stretch ([`ZERO_AHEAD_BYTES`]) of what is written already; never
+    /// past `limit` (the checkpoint size: the log is emptied there). The commit pipeline calls
+    /// this when it has nothing else to do. It only makes later syncs quicker: a frame that
+    /// grows the file makes its sync write the file's inode as well (on this machine's disk,
+    /// with 150-byte frames, 3 writes and 0.18 ms a sync where 2 and 0.14 ms do).
+    /// Once the log has had a round as long as `limit`, later rounds write over its old frames
+    /// and need no zeroing.
+    ///
+    /// Fails as the write or the sync does, and is not tried again before the next checkpoint.
+    /// The log is unchanged either way: zeros after its last frame read as its end.
+    pub(crate) fn zero_ahead(&mut self, limit: u64) -> std::io::Result<()> {
+        let start = self.written.max(self.len);
+        let end = (start + ZERO_AHEAD_BYTES).min(limit);
+        if self.zeroing_failed || start >= self.len + ZERO_AHEAD_BYTES / 2 || end <= start {
+            return Ok(());
+        }
+        let zeros = vec![0u8; (end - start) as usize];
+        let zeroed = self
+            .file
+            .write(start, &zeros)
+            .and_then(|()| self.file.sync_data());
+        match zeroed {
+            Ok(()) => self.written = end,
+            Err(_) => self.zeroing_failed = true,
+        }
+        zeroed
+    }
+
     /// Cuts the file back to `len` and syncs it; on failure, marks the tail as in doubt.
     fn cut(&mut self, len: u64) {
+        self.written = self.written.min(len);
         let cut = self.file.set_len(len).and_then(|()| self.file.sync_data());
         if let Err(err) = cut {
             tracing::error!(path = %self.path.display(), error = %err, "could not cut a failed commit off the write-ahead log; the next commit is a checkpoint");
@@ -313,5 +364,44 @@ mod tests {
         wal.append(b"d").unwrap();
         let bytes = std::fs::read(&path).unwrap();
         assert_eq!(frames(&bytes).0, vec![frame(10, b"d"), frame(9, b"cc")]);
+    }
+
+    #[test]
+    fn frames_go_into_the_zeroed_stretch_and_the_zeros_read_as_the_end() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.wal");
+        let file_len = || std::fs::metadata(&path).unwrap().len();
+        let mut wal = Wal::open_empty(&crate::files::RealFiles, &path, 0).unwrap();
+        let payload = [7u8; 150];
+        let frame_bytes = (HEADER_BYTES + payload.len()) as u64;
+        wal.append(&payload).unwrap();
+        wal.zero_ahead(u64::MAX).unwrap();
+        assert_eq!(file_len(), frame_bytes + ZERO_AHEAD_BYTES);
+
+        // Frames fill the stretch without growing the file, and the log ends at the zeros.
+        let mut appended = vec![frame(1, &payload)];
+        while wal.len() + frame_bytes <= ZERO_AHEAD_BYTES / 2 {
+            wal.append(&payload).unwrap();
+            appended.push(frame(wal.last_lsn(), &payload));
+            wal.zero_ahead(u64::MAX).unwrap();
+        }
+        assert_eq!(
+            file_len(),
+            frame_bytes + ZERO_AHEAD_BYTES,
+            "not zeroed again yet"
+        );
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(frames(&bytes), (appended, wal.len() as usize));
+
+        // Within half a stretch of the end, the next one is zeroed; never past the limit.
+        while wal.len() + ZERO_AHEAD_BYTES / 2 <= frame_bytes + ZERO_AHEAD_BYTES {
+            wal.append(&payload).unwrap();
+        }
+        let limit = file_len() + 1000;
+        wal.zero_ahead(limit).unwrap();
+        assert_eq!(file_len(), limit);
+        wal.append(&payload).unwrap();
+        wal.zero_ahead(limit).unwrap();
+        assert_eq!(file_len(), limit);
     }
 }
