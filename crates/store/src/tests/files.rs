@@ -53,6 +53,11 @@ async fn every_write_and_sync_goes_through_the_files_of_the_options() {
         "every frame is synced: {:?}",
         watched.seen().calls
     );
+    assert!(
+        calls(Kind::Log, Call::WriteZeros) >= 1,
+        "the log is zeroed ahead of its frames: {:?}",
+        watched.seen().calls
+    );
     assert!(calls(Kind::Log, Call::Read) >= 1, "the log is read at open");
     for call in [Call::Open, Call::Read, Call::Write, Call::SyncData] {
         assert!(calls(Kind::Database, call) >= 1, "{call:?}");

@@ -177,7 +177,12 @@ async fn workload(
                         live.push((name, producer));
                         true
                     }
-                    Err(_) => false,
+                    // The start may still have been stored, and ended `failed` by the store
+                    // with the commit that failed.
+                    Err(_) => {
+                        entry.failed = true;
+                        false
+                    }
                 }
             }
             10..70 => {

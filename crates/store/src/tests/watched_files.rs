@@ -35,6 +35,8 @@ pub(super) enum Call {
     Open,
     Read,
     Write,
+    /// A write of zeros only (the log zeroed ahead of its frames).
+    WriteZeros,
     SetLen,
     SyncData,
     SyncAll,
@@ -220,7 +222,8 @@ impl FileHandle for WatchedFile {
     }
 
     fn write(&self, offset: u64, data: &[u8]) -> io::Result<()> {
-        self.count(Call::Write);
+        let zeros = !data.is_empty() && data.iter().all(|&b| b == 0);
+        self.count(if zeros { Call::WriteZeros } else { Call::Write });
         match &self.inner {
             Inner::Database(inner) => inner.write(offset, data)?,
             Inner::File(inner) => inner.write(offset, data)?,
