@@ -40,8 +40,8 @@ pub(crate) use roll_forward::{apply_changes, checkpoint_commit, roll_forward};
 const HEADER_BYTES: usize = 16;
 /// Bytes zeroed ahead of the log's end at a time (see [`Wal::zero_ahead`]): the next stretch
 /// is zeroed once the log comes within half of this of what is written already. Zeroing and
-/// syncing this much takes about a millisecond here, and saves the 1,700 syncs of 150-byte
-/// frames that would fill it an inode write each.
+/// syncing this much takes 1.4 ms here (64 KiB takes 0.7: smaller stretches cost more in all),
+/// and saves the 1,700 syncs of 150-byte frames that would fill it an inode write each.
 const ZERO_AHEAD_BYTES: u64 = 256 * 1024;
 /// Bytes zeroed by one write: a page, on its boundaries.
 const ZERO_PAGE_BYTES: u64 = 4096;
