@@ -1,7 +1,8 @@
 //! Fan-out: many SSE readers on each of a few streams written at a steady rate, as when
 //! thousands of browsers follow one popular response. Measures append→receive latency at every
 //! reader, the server's resident memory per idle reader, its CPU while the streams are
-//! written, and every reader that failed or missed a message.
+//! written, and every reader that failed or missed a message. Readers have a connection each
+//! (HTTP/1.1), or share HTTP/2 connections.
 use std::net::{IpAddr, Ipv4Addr};
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -44,7 +45,8 @@ pub(crate) struct FanOutResult {
 }
 
 /// `streams` streams, each followed by `per_stream` SSE readers from `now` and written at
-/// `rate` messages a second, for `warmup + measure`; `pid` is the server's process.
+/// `rate` messages a second, for `warmup + measure`; `pid` is the server's process. With
+/// `per_connection` over 1, that many readers share each HTTP/2 connection.
 #[allow(clippy::too_many_arguments)]
 pub(crate) async fn fan_out(
     base: &str,
@@ -52,6 +54,7 @@ pub(crate) async fn fan_out(
     run: &str,
     streams: usize,
     per_stream: usize,
+    per_connection: usize,
     rate: f64,
     warmup: Duration,
     measure: Duration,
@@ -75,10 +78,13 @@ pub(crate) async fn fan_out(
         .flat_map(|url| std::iter::repeat_n(url, per_stream))
         .collect();
     let readers = wanted.len();
-    let clients = readers_clients(readers)?;
+    let (clients, readers_per_client) = match per_connection {
+        1 => (readers_clients(readers)?, READERS_PER_ADDRESS),
+        n => (http2_clients(readers.div_ceil(n))?, n),
+    };
     let responses: Vec<_> = futures::stream::iter(wanted.into_iter().enumerate())
         .map(|(n, url)| {
-            let client = clients[n / READERS_PER_ADDRESS].clone();
+            let client = clients[n / readers_per_client].clone();
             async move {
                 let response = match follow(&client, api, url).send().await {
                     Ok(response) if response.status().is_success() => response,
@@ -187,6 +193,19 @@ fn readers_clients(readers: usize) -> Result<Vec<reqwest::Client>> {
                 .pool_max_idle_per_host(usize::MAX)
                 .tcp_nodelay(true)
                 .local_address(IpAddr::V4(address))
+                .build()?)
+        })
+        .collect()
+}
+
+/// `connections` HTTP/2 clients (cleartext, prior knowledge), each of which opens one
+/// connection and multiplexes its readers' requests on it.
+fn http2_clients(connections: usize) -> Result<Vec<reqwest::Client>> {
+    (0..connections)
+        .map(|_| {
+            Ok(reqwest::Client::builder()
+                .http2_prior_knowledge()
+                .tcp_nodelay(true)
                 .build()?)
         })
         .collect()

@@ -68,9 +68,19 @@ struct Cli {
     fan_out_readers: usize,
     /// Messages a second per stream in the fan-out measure (below one is slower: 100,000
     /// readers are `--fan-out-streams 1000 --fan-out-readers 100 --fan-out-rate 0.2`, which
-    /// needs an open-file limit over 100,000 for the bench and the server).
+    /// needs an open-file limit over 100,000 for the bench and the server, unless they share
+    /// connections: `--fan-out-per-connection`).
     #[arg(long, default_value_t = 2.0)]
     fan_out_rate: f64,
+    /// Fan-out readers on one connection: 1 gives each reader a connection of its own over
+    /// HTTP/1.1, as a browser's `EventSource` has there; more puts that many readers on each
+    /// HTTP/2 connection (cleartext, prior knowledge), as a browser's `EventSource`s to one
+    /// origin share one under HTTP/2. With 100, 100,000 readers take 1,000 connections, within
+    /// an open-file limit of 20,000.
+    /// At most 100: a server limits the streams open on one HTTP/2 connection (hyper's default
+    /// is 200), and a reader past its limit would wait instead of being served.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u32).range(1..=100))]
+    fan_out_per_connection: u32,
     /// Writers of the one-stream measure, all appending to one stream.
     #[arg(long, default_value_t = 32)]
     one_stream_writers: usize,
@@ -245,13 +255,22 @@ async fn run(cli: &Cli, bins: &Binaries) -> Result<()> {
 /// The fan-out measure on each server, with the ratios of its latency and cost.
 async fn fan_out(cli: &Cli, bins: &Binaries, run_id: u32, measure: Duration) -> Result<()> {
     let (streams, per_stream, rate) = (cli.fan_out_streams, cli.fan_out_readers, cli.fan_out_rate);
+    let per_connection = cli.fan_out_per_connection as usize;
+    let connections = match per_connection {
+        1 => "a connection each".to_string(),
+        n => format!("{n} to an HTTP/2 connection"),
+    };
     eprintln!(
-        "== fan-out: {streams} streams × {per_stream} SSE readers each ({} readers), {rate} messages/s per stream, {}s",
+        "== fan-out: {streams} streams × {per_stream} SSE readers each ({} readers, {connections}), {rate} messages/s per stream, {}s",
         streams * per_stream,
         cli.seconds
     );
     let mut results = Vec::new();
-    for kind in kinds_for(cli, bins, "fan-out") {
+    let measured = match per_connection {
+        1 => "fan-out",
+        _ => "fan-out-http2",
+    };
+    for kind in kinds_for(cli, bins, measured) {
         let server = servers::start(kind, bins, &cli.work_dir).await?;
         let run = format!("f{run_id}");
         let result = fan_out::fan_out(
@@ -260,6 +279,7 @@ async fn fan_out(cli: &Cli, bins: &Binaries, run_id: u32, measure: Duration) -> 
             &run,
             streams,
             per_stream,
+            per_connection,
             rate,
             WARMUP,
             measure,

@@ -34,6 +34,9 @@ pub(crate) fn skips(kind: Kind, measure: &str) -> Option<&'static str> {
         (Kind::S2, "catch-up") => {
             Some("its reads are paginated, so catch-up MB/s would not compare")
         }
+        // Electric 0.1.5 answers an HTTP/2 client's cleartext preface with GOAWAY
+        // (FRAME_SIZE_ERROR): it speaks HTTP/1.1 only, without TLS.
+        (Kind::Electric, "fan-out-http2") => Some("it speaks no cleartext HTTP/2"),
         // Everything else is fair to S2: the appends (back to back on many streams or one, and
         // at a fixed rate) are one record per request, acknowledged once fsynced, as on the
         // others; the SSE measures (latency, fan-out) follow each stream from its tail over
