@@ -156,12 +156,11 @@ impl Writer {
         if batch.is_empty() {
             return;
         }
-        let sweeping = batch.iter().any(|op| matches!(op, Op::Sweep { .. }));
         let (ops_in_batch, tokens, bytes) = appended(batch);
         let mut after = AfterCommit::with_capacity(batch.len());
         let mut ops = batch.drain(..);
         let mut delta = JournalDelta::default();
-        let outcome = self.apply_all(&mut ops, &mut after, &mut delta, sweeping);
+        let outcome = self.apply_all(&mut ops, &mut after, &mut delta);
         if outcome.is_ok() && after.has_collected() {
             self.db.collected();
         }
@@ -201,25 +200,20 @@ impl Writer {
     }
 
     /// Applies `ops` in one transaction and commits it; `delta` gathers its journal changes.
-    /// Folds the recordings that are due at the end, or the whole journal first when `ops`
-    /// include a sweep.
+    /// Folds the recordings that are due at the end. (A sweep folds nothing first: a recording
+    /// it collects loses its unfolded chunks with its row, see `Tables::purge`; folding every
+    /// live recording's would only lengthen the commit.)
     fn apply_all(
         &self,
         ops: &mut impl Iterator<Item = Op>,
         after: &mut AfterCommit,
         delta: &mut JournalDelta,
-        sweeping: bool,
     ) -> Result<()> {
         let txn = self.begin_write()?;
         let redo = Redo::default();
         let now = self.settings.clock.now_ms();
         let checkpoint = {
             let mut t = Tables::open(&txn, &self.journal, delta, &redo, now)?;
-            if sweeping {
-                // Sweeps delete folded chunks in bounded commits; unfolded ones would all have
-                // to go at once, with their recording's row.
-                t.fold_everything()?;
-            }
             let mut cx = Applying {
                 tables: &mut t,
                 settings: &self.settings,

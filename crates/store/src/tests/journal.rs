@@ -201,7 +201,11 @@ async fn superseding_and_sweeping_delete_unfolded_chunks() {
     clock.advance(24 * 3600 * 1000);
     let report = store.sweep_expired(10_000).await.unwrap();
     assert_eq!(report.recordings_deleted, 1);
-    assert_eq!(unfolded(&store), 0, "folded before the sweep");
+    assert_eq!(
+        unfolded(&store),
+        1,
+        "the live recording's chunk stays unfolded: a sweep folds nothing first"
+    );
     assert_eq!(stored_chunks(&store, new.recording().key()), 1);
     let key = new.recording().key();
     assert_eq!(
@@ -224,8 +228,8 @@ async fn a_view_taken_before_the_transaction_survives_a_fold() {
     let early_txn = store.inner.db.begin_read().unwrap();
     let view = store.inner.journal.view(key, 0, usize::MAX);
 
-    // A sweep folds the whole journal first.
-    store.sweep_expired(10_000).await.unwrap();
+    // A checkpoint folds the whole journal first.
+    store.checkpoint().await.unwrap();
     assert_eq!(unfolded(&store), 0);
 
     let txn = store.inner.db.begin_read().unwrap();
