@@ -122,7 +122,7 @@ impl JournalDelta {
     }
 
     /// Folds every recording's unfolded chunks: before a checkpoint, which empties the log
-    /// they are durable in, and before a sweep.
+    /// they are durable in.
     pub(crate) fn fold_everything(
         &mut self,
         chunks: &mut ChunksTable<'_, '_>,
