@@ -182,6 +182,61 @@ async fn a_cors_preflight_allows_authorization_and_every_protocol_header() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn cors_headers_answer_requests_with_an_origin_and_every_answer_varies_by_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let (status, _) = create(&server, "chat", &[]).await;
+    assert_eq!(status, StatusCode::CREATED);
+    let url = server.stream_url("chat");
+    let append = |origin: Option<&'static str>| {
+        let mut request = http().post(&url).header("content-type", "text/plain");
+        if let Some(origin) = origin {
+            request = request.header("origin", origin);
+        }
+        request.body("token").send()
+    };
+    let varies_by_origin = |headers: &reqwest::header::HeaderMap| {
+        headers.get_all("vary").iter().any(|vary| {
+            vary.to_str()
+                .unwrap()
+                .to_ascii_lowercase()
+                .contains("origin")
+        })
+    };
+
+    // A browser's request (it always sends Origin cross-origin): the CORS headers.
+    let cors = append(Some("http://app.example")).await.unwrap();
+    assert!(cors.status().is_success(), "{}", cors.status());
+    assert_eq!(cors.headers()["access-control-allow-origin"], "*");
+    let exposed = cors.headers()["access-control-expose-headers"]
+        .to_str()
+        .unwrap()
+        .to_ascii_lowercase();
+    assert!(exposed.contains("stream-next-offset"), "{exposed}");
+    assert!(varies_by_origin(cors.headers()));
+
+    // An agent's request, and a read: none of them, but the mark for caches.
+    let plain = append(None).await.unwrap();
+    assert!(plain.status().is_success(), "{}", plain.status());
+    let read = http().get(&url).send().await.unwrap();
+    let read_headers = read.headers().clone();
+    assert_eq!(read.text().await.unwrap(), "tokentoken");
+    for answer in [plain.headers(), &read_headers] {
+        assert!(
+            !answer.contains_key("access-control-allow-origin"),
+            "{answer:?}"
+        );
+        assert!(
+            !answer.contains_key("access-control-expose-headers"),
+            "{answer:?}"
+        );
+        assert!(varies_by_origin(answer), "{answer:?}");
+        assert_eq!(answer["x-content-type-options"], "nosniff");
+    }
+    server.stop().await;
+}
+
 /// A server whose HTTP face cuts requests after `timeout` and holds `max` connections.
 async fn bounded(dir: &std::path::Path, timeout: Duration, max: usize) -> TestServer {
     let mut config = test_config(dir);

@@ -32,6 +32,7 @@
 mod access;
 mod connections;
 mod console;
+mod cors;
 mod cursor;
 mod dispatch;
 mod elsewhere;

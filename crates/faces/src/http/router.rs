@@ -1,6 +1,6 @@
 //! The face's routes (the streams under the prefix, the stop route, the console, the probes),
-//! and the
-//! layers every response passes through: CORS, security headers, the body limit, telemetry.
+//! and the layers every response passes through: CORS (for requests that carry `Origin`),
+//! security headers, the body limit, telemetry.
 use std::sync::Arc;
 
 use axum::Router;
@@ -9,6 +9,7 @@ use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tower_http::cors::{AllowOrigin, CorsLayer};
 
+use super::cors::CorsWhenAsked;
 use super::dispatch::dispatch;
 use super::reply::{self, Reply};
 use super::{HttpFace, MAX_BODY_BYTES, console, probes, stop, telemetry};
@@ -50,7 +51,7 @@ pub(super) fn router(face: Arc<HttpFace>) -> Router {
         .expose_headers(exposed);
     routes(face.clone())
         .layer(axum::middleware::map_response(security_headers))
-        .layer(cors)
+        .layer(CorsWhenAsked(cors))
         .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
         .layer(axum::middleware::from_fn_with_state(
             face.prefix.clone(),
