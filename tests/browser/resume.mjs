@@ -1,7 +1,8 @@
 // Drives headless Chromium for tests/clients/browser.rs: serves a page that resumes stream STREAM_URL
 // from SAVED_OFFSET with the browser's own EventSource (the three lines docs/http.md shows),
 // prints "connected" once the page has its first control event, then prints what the page
-// received, as JSON, once the stream has closed.
+// received, and the `Stream-Next-Offset` a cross-origin fetch of the stream could read, as JSON,
+// once the stream has closed.
 import { createServer } from "node:http"
 import { chromium } from "playwright-core"
 
@@ -16,6 +17,9 @@ const page = `<!doctype html>
   const es = new EventSource(${JSON.stringify(`${streamUrl}?offset=${savedOffset}&live=sse`)})
   es.addEventListener("data", (e) => { out.textContent += e.data; window.received += e.data })
   es.addEventListener("control", (e) => { window.connected = true; if (JSON.parse(e.data).streamClosed) { es.close(); window.done = true } })
+  // A catch-up read by fetch, as the protocol's client makes it: the page can read the
+  // offset header only if the server exposes it to this origin.
+  window.readOffset = async () => (await fetch(${JSON.stringify(`${streamUrl}?offset=-1`)})).headers.get("stream-next-offset")
 </script>`
 
 // The page comes from another origin than the stream, as an app's page would: CORS applies.
@@ -32,7 +36,8 @@ try {
   console.log("connected")
   await tab.waitForFunction(() => window.done, null, { timeout: 20000 })
   const received = await tab.evaluate(() => window.received)
-  console.log(JSON.stringify({ received }))
+  const nextOffset = await tab.evaluate(() => window.readOffset())
+  console.log(JSON.stringify({ received, nextOffset }))
 } finally {
   await browser.close()
   server.close()

@@ -76,5 +76,8 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     let result: serde_json::Value = serde_json::from_str(&result).unwrap();
     assert!(page.wait().unwrap().success());
     assert_eq!(result["received"], during.concat());
+    // The CORS headers reached the page's fetch: the offset was exposed to its origin.
+    let next_offset = result["nextOffset"].as_str().unwrap_or_default();
+    assert!(!next_offset.is_empty(), "not exposed to the page: {result}");
     server.stop().await;
 }
