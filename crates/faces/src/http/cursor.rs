@@ -18,23 +18,21 @@ fn current() -> u64 {
 }
 
 /// A later cursor of the same SSE connection: the current interval, never below `previous`.
-pub(crate) fn after(previous: &str) -> String {
-    let previous = previous.parse::<u64>().unwrap_or(0);
-    current().max(previous).to_string()
+pub(crate) fn after(previous: u64) -> u64 {
+    current().max(previous)
 }
 
 /// The cursor for a live response to a request that echoed `client` (if any).
-pub(crate) fn next(client: Option<&str>) -> String {
+pub(crate) fn next(client: Option<&str>) -> u64 {
     let current = current();
     let client = client.and_then(|c| c.parse::<u64>().ok());
-    let cursor = match client {
+    match client {
         Some(client) if client >= current => {
             let jitter = 1 + uuid::Uuid::new_v4().as_u128() as u64 % MAX_JITTER_INTERVALS;
             client.saturating_add(jitter)
         }
         _ => current,
-    };
-    cursor.to_string()
+    }
 }
 
 #[cfg(test)]
@@ -43,10 +41,12 @@ mod tests {
 
     #[test]
     fn cursors_move_past_the_clients() {
-        let now: u64 = next(None).parse().unwrap();
+        let now = next(None);
         assert!(now > 0);
         let ahead = (now + 50).to_string();
-        let next: u64 = next(Some(&ahead)).parse().unwrap();
+        let next = next(Some(&ahead));
         assert!(next > now + 50 && next <= now + 50 + MAX_JITTER_INTERVALS);
+        assert_eq!(after(now + 3), now + 3);
+        assert!(after(0) >= now);
     }
 }

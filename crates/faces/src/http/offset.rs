@@ -8,6 +8,8 @@ use std::fmt;
 const WIDTH: usize = 16;
 /// What comes before the byte offset: a segment number, always 0 here.
 const PREFIX: &str = "0000000000000000_";
+/// The zeros that pad the byte offset to its width.
+const ZEROS: &str = "0000000000000000";
 
 /// Where a read starts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -24,11 +26,30 @@ pub(crate) struct Offset(pub(crate) u64);
 
 impl fmt::Display for Offset {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{PREFIX}{:0WIDTH$}", self.0)
+        let mut digits = itoa::Buffer::new();
+        self.parts(&mut digits)
+            .into_iter()
+            .try_for_each(|part| f.write_str(part))
     }
 }
 
 impl Offset {
+    /// Writes the wire form to `out`, as [`Display`](fmt::Display) does but without the
+    /// formatting machinery: every SSE event carries an offset twice, for every reader.
+    pub(crate) fn put(self, out: &mut impl bytes::BufMut) {
+        let mut digits = itoa::Buffer::new();
+        for part in self.parts(&mut digits) {
+            out.put_slice(part.as_bytes());
+        }
+    }
+
+    /// The wire form's three parts: the prefix, the padding, the digits.
+    fn parts(self, digits: &mut itoa::Buffer) -> [&str; 3] {
+        let digits = digits.format(self.0);
+        let padding = &ZEROS[..WIDTH.saturating_sub(digits.len())];
+        [PREFIX, padding, digits]
+    }
+
     /// A wire offset, exactly as [`Display`](fmt::Display) writes it.
     pub(crate) fn parse(text: &str) -> Option<Offset> {
         let digits = text.strip_prefix(PREFIX)?;
@@ -53,6 +74,16 @@ impl ReadFrom {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_offset_puts_what_it_displays() {
+        for o in [0u64, 7, 10, 1_000_000, 9_999_999_999_999_999, u64::MAX] {
+            let mut out = bytes::BytesMut::new();
+            Offset(o).put(&mut out);
+            assert_eq!(&out[..], format!("{PREFIX}{o:0WIDTH$}").as_bytes());
+            assert_eq!(Offset(o).to_string(), format!("{PREFIX}{o:0WIDTH$}"));
+        }
+    }
 
     #[test]
     fn offsets_sort_as_bytes_do() {

@@ -153,7 +153,7 @@ impl HttpFace {
                     return Ok(Reply::new(StatusCode::NO_CONTENT)
                         .next_offset(reader.position())
                         .up_to_date()
-                        .named(STREAM_CURSOR, cursor::next(cursor_param))
+                        .named(STREAM_CURSOR, cursor::next(cursor_param).to_string())
                         .cache("no-store"));
                 }
             }
@@ -184,7 +184,7 @@ impl HttpFace {
             reply = reply.up_to_date();
         }
         if long_poll || !closed {
-            reply = reply.named(STREAM_CURSOR, cursor::next(cursor_param));
+            reply = reply.named(STREAM_CURSOR, cursor::next(cursor_param).to_string());
         }
         if from == ReadFrom::Now {
             return Ok(reply.cache("no-store").body(room.body_of(body)));

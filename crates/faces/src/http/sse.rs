@@ -117,8 +117,9 @@ impl HttpFace {
 /// Where an event stream is between two events.
 struct Events {
     reader: LineageReader,
-    /// The cursor of the last control event (at first, the request's).
-    cursor: Option<String>,
+    /// The cursor of the last control event; before the first, the cursor the first is to
+    /// carry (from the request's).
+    cursor: u64,
     first: bool,
     /// Text read but not yet sent: the first bytes of a character whose rest is not committed.
     held: Vec<u8>,
@@ -138,7 +139,7 @@ fn events(
     // Boxed: moved from one event to the next, it is never copied twice into a future.
     let state = Some(Box::new(Events {
         reader,
-        cursor: cursor_param,
+        cursor: cursor::next(cursor_param.as_deref()),
         first: true,
         held: Vec::new(),
         keepalive_at: now + KEEPALIVE,
@@ -206,13 +207,14 @@ async fn next_event(
         keepalive_at,
     } = &mut *state;
     let closed = reader.ended();
-    let mut out = BytesMut::new();
+    // Room for the batch as base64 (its longest form) and the control event: one allocation.
+    let mut out = BytesMut::with_capacity(bytes + bytes / 3 + 256);
     if encoding == Encoding::Text {
         // Text goes out in whole characters and whole line breaks: an event is decoded on
         // its own, so a character split across appends waits for the rest of its bytes, and
         // a CR for the next byte (a CRLF is one line break).
         let mut text = std::mem::take(held);
-        text.extend(batch.iter().flat_map(|b| b.iter().copied()));
+        batch.iter().for_each(|piece| text.extend_from_slice(piece));
         if !closed {
             *held = text.split_off(text.len() - undecided_tail(&text));
         }
@@ -224,19 +226,17 @@ async fn next_event(
     }
     // Caught up when nothing more is committed right now.
     let up_to_date = closed || bytes < MAX_EVENT_BYTES;
-    // The request's cursor decides the first; later ones only keep up with the time.
-    let next_cursor = (!closed).then(|| match (&*cursor, *first) {
-        (Some(previous), false) => cursor::after(previous),
-        _ => cursor::next(cursor.as_deref()),
-    });
+    // The request's cursor decided the first; later ones only keep up with the time.
+    if !*first {
+        *cursor = cursor::after(*cursor);
+    }
     control_event(
         &mut out,
         reader.position() - held.len() as u64,
-        next_cursor.as_deref(),
+        (!closed).then_some(*cursor),
         up_to_date,
         reader.ended_as(),
     );
-    *cursor = next_cursor;
     *first = false;
     *keepalive_at = Instant::now() + KEEPALIVE;
     Some((Ok(out.freeze()), (!closed).then_some(state)))
@@ -247,20 +247,24 @@ fn data_event(out: &mut BytesMut, batch: &[Bytes], encoding: Encoding) {
     out.put_slice(b"event: data\n");
     match encoding {
         Encoding::Base64 => {
-            let joined: Vec<u8> = batch.iter().flat_map(|b| b.iter().copied()).collect();
-            let text = base64::engine::general_purpose::STANDARD.encode(joined);
+            let text = base64::engine::general_purpose::STANDARD.encode(joined(batch));
             data_lines(out, text.as_bytes());
         }
         Encoding::Json => {
             let array = json::array(batch.iter().map(|b| &b[..]));
             data_lines(out, &array);
         }
-        Encoding::Text => {
-            let joined: Vec<u8> = batch.iter().flat_map(|b| b.iter().copied()).collect();
-            data_lines(out, &joined);
-        }
+        Encoding::Text => data_lines(out, &joined(batch)),
     }
     out.put_u8(b'\n');
+}
+
+/// The pieces of `batch` as one run of bytes, copied only if there are several.
+fn joined(batch: &[Bytes]) -> std::borrow::Cow<'_, [u8]> {
+    match batch {
+        [one] => std::borrow::Cow::Borrowed(one),
+        several => std::borrow::Cow::Owned(several.concat()),
+    }
 }
 
 /// Writes `payload` as `data:` lines: every CR, LF or CRLF in it starts a new line, so no
@@ -293,37 +297,41 @@ fn data_lines(out: &mut BytesMut, payload: &[u8]) {
     }
 }
 
-/// Writes the `control` event after a batch. Its JSON is written by hand, in the order a
-/// JSON map would sort it: every value is this server's own (an offset, a cursor of digits, a
-/// status's name), and every reader gets one per event, so this is on the fan-out's path.
+/// Writes the `control` event after a batch. Its JSON is written by hand, straight into
+/// `out` and in the order a JSON map would sort it: every value is this server's own (an
+/// offset, a cursor of digits, a status's name), and every reader gets one per event, so this
+/// is on the fan-out's path. `streamNextOffset` is always there, so the names before it end
+/// with a comma and those after it start with one.
 fn control_event(
     out: &mut BytesMut,
     next: u64,
-    cursor: Option<&str>,
+    cursor: Option<u64>,
     up_to_date: bool,
     ended_as: Option<Status>,
 ) {
-    use std::fmt::Write as _;
-    let next = Offset(next);
-    let mut json = String::with_capacity(160);
+    out.put_slice(b"event: control\ndata:{");
     if ended_as.is_some() {
-        json.push_str(",\"streamClosed\":true");
+        out.put_slice(b"\"streamClosed\":true,");
     }
     if let Some(cursor) = cursor {
-        let _ = write!(json, ",\"streamCursor\":\"{cursor}\"");
+        out.put_slice(b"\"streamCursor\":\"");
+        out.put_slice(itoa::Buffer::new().format(cursor).as_bytes());
+        out.put_slice(b"\",");
     }
-    let _ = write!(json, ",\"streamNextOffset\":\"{next}\"");
+    out.put_slice(b"\"streamNextOffset\":\"");
+    Offset(next).put(out);
+    out.put_u8(b'"');
     if let Some(status) = ended_as {
         // A tapedeck extension: how it ended (`cancelled` when stopped).
-        let _ = write!(json, ",\"tapedeckEndedAs\":\"{}\"", status.as_str());
+        out.put_slice(b",\"tapedeckEndedAs\":\"");
+        out.put_slice(status.as_str().as_bytes());
+        out.put_u8(b'"');
     }
     if up_to_date {
-        json.push_str(",\"upToDate\":true");
+        out.put_slice(b",\"upToDate\":true");
     }
-    out.put_slice(b"event: control\ndata:{");
-    out.put_slice(&json.as_bytes()[1..]);
     out.put_slice(b"}\nid: ");
-    out.put_slice(next.to_string().as_bytes());
+    Offset(next).put(out);
     out.put_slice(b"\n\n");
 }
 
@@ -396,10 +404,10 @@ mod tests {
     #[test]
     fn a_control_event_is_the_json_a_map_would_write() {
         for (cursor, up_to_date, ended_as) in [
-            (Some("3372577"), true, None),
+            (Some(3372577), true, None),
             (None, false, None),
             (None, true, Some(Status::Cancelled)),
-            (Some("1"), false, Some(Status::Completed)),
+            (Some(1), false, Some(Status::Completed)),
         ] {
             let mut out = BytesMut::new();
             control_event(&mut out, 5, cursor, up_to_date, ended_as);
@@ -417,7 +425,7 @@ mod tests {
                 map.insert("streamClosed".into(), true.into());
             }
             if let Some(cursor) = cursor {
-                map.insert("streamCursor".into(), cursor.into());
+                map.insert("streamCursor".into(), cursor.to_string().into());
             }
             map.insert("streamNextOffset".into(), Offset(5).to_string().into());
             if let Some(status) = ended_as {
