@@ -1,8 +1,9 @@
 // Drives headless Chromium for tests/clients/browser.rs: serves a page that resumes stream STREAM_URL
 // from SAVED_OFFSET with the browser's own EventSource (the three lines docs/http.md shows),
 // prints "connected" once the page has its first control event, then prints what the page
-// received, and the `Stream-Next-Offset` a cross-origin fetch of the stream could read, as JSON,
-// once the stream has closed.
+// received, every control event as the browser parsed it (its id and its data), and the
+// `Stream-Next-Offset` a cross-origin fetch of the stream could read, as JSON, once the stream
+// has closed.
 import { createServer } from "node:http"
 import { chromium } from "playwright-core"
 
@@ -13,10 +14,15 @@ const page = `<!doctype html>
 <meta charset="utf-8">
 <pre id="out"></pre>
 <script>
-  window.received = ""; window.connected = false; window.done = false
+  window.received = ""; window.controls = []; window.connected = false; window.done = false
   const es = new EventSource(${JSON.stringify(`${streamUrl}?offset=${savedOffset}&live=sse`)})
   es.addEventListener("data", (e) => { out.textContent += e.data; window.received += e.data })
-  es.addEventListener("control", (e) => { window.connected = true; if (JSON.parse(e.data).streamClosed) { es.close(); window.done = true } })
+  es.addEventListener("control", (e) => {
+    const data = JSON.parse(e.data)
+    window.controls.push({ id: e.lastEventId, data })
+    window.connected = true
+    if (data.streamClosed) { es.close(); window.done = true }
+  })
   // A catch-up read by fetch, as the protocol's client makes it: the page can read the
   // offset header only if the server exposes it to this origin.
   window.readOffset = async () => (await fetch(${JSON.stringify(`${streamUrl}?offset=-1`)})).headers.get("stream-next-offset")
@@ -36,8 +42,9 @@ try {
   console.log("connected")
   await tab.waitForFunction(() => window.done, null, { timeout: 20000 })
   const received = await tab.evaluate(() => window.received)
+  const controls = await tab.evaluate(() => window.controls)
   const nextOffset = await tab.evaluate(() => window.readOffset())
-  console.log(JSON.stringify({ received, nextOffset }))
+  console.log(JSON.stringify({ received, controls, nextOffset }))
 } finally {
   await browser.close()
   server.close()

@@ -1,8 +1,9 @@
 //! A real browser resumes a live recording: headless Chromium (Debian's `chromium`, driven by
 //! playwright-core from `tests/browser/resume.mjs`) opens a page on another origin that
 //! resumes the recording with its own EventSource from a saved offset, while a gRPC producer
-//! writes the rest. The page must receive the rest exactly once. `scripts/test.sh` installs
-//! Chromium and the driver.
+//! writes the rest. The page must receive the rest exactly once, and every control event as
+//! the protocol writes it (its offset as its event id, a cursor of digits). `scripts/test.sh`
+//! installs Chromium and the driver.
 use crate::common;
 
 use std::io::{BufRead, BufReader};
@@ -79,5 +80,31 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     // The CORS headers reached the page's fetch: the offset was exposed to its origin.
     let next_offset = result["nextOffset"].as_str().unwrap_or_default();
     assert!(!next_offset.is_empty(), "not exposed to the page: {result}");
+    // Every control event, as the browser parsed it: its offset is its event id (what the
+    // browser sends back as Last-Event-ID), in the protocol's fixed width; while the stream is
+    // open it carries a cursor of digits that never goes back; the last one is where the
+    // closed stream ends.
+    let controls = result["controls"]
+        .as_array()
+        .expect("the page's control events");
+    let mut last_cursor = 0;
+    for control in controls {
+        let (id, data) = (&control["id"], &control["data"]);
+        assert_eq!(data["streamNextOffset"], *id, "{control}");
+        assert_eq!(id.as_str().map(str::len), Some(33), "{control}");
+        if data["streamClosed"] == true {
+            assert!(data.get("streamCursor").is_none(), "{control}");
+            continue;
+        }
+        let cursor: u64 = data["streamCursor"]
+            .as_str()
+            .and_then(|cursor| cursor.parse().ok())
+            .unwrap_or_else(|| panic!("no cursor of digits: {control}"));
+        assert!(cursor >= last_cursor, "the cursor went back: {control}");
+        last_cursor = cursor;
+    }
+    let last = controls.last().expect("at least the closing control event");
+    assert_eq!(last["data"]["streamClosed"], true, "{last}");
+    assert_eq!(last["data"]["streamNextOffset"], next_offset, "{last}");
     server.stop().await;
 }
