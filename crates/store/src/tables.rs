@@ -23,7 +23,7 @@ use super::schema::{
 use super::seal_marks::SEALED;
 use super::segment::{self, Segment};
 use super::stream_row::STREAMS;
-use super::wal::{Logged, Redo, TableId};
+use super::wal::{LazyLogged, Redo, TableId};
 use crate::error::{Error, Result};
 use crate::status::Status;
 
@@ -43,15 +43,16 @@ struct MetaCache {
 
 /// The open tables of one write transaction, and what it has changed so far.
 pub(super) struct Tables<'a, 'txn> {
+    // Each opened on its first use (see `LazyLogged`).
     chunks: ChunksTable<'a, 'txn>,
-    recordings: Logged<'a, 'txn, u128, &'static [u8]>,
-    expiry: Logged<'a, 'txn, (u64, u128), ()>,
-    started: Logged<'a, 'txn, (u64, u128), ()>,
-    tombstones: Logged<'a, 'txn, u128, &'static [u8]>,
-    tombstone_expiry: Logged<'a, 'txn, (u64, u128), ()>,
-    streams: Logged<'a, 'txn, u128, &'static [u8]>,
-    sealed: Logged<'a, 'txn, u128, &'static [u8]>,
-    live: Logged<'a, 'txn, u128, ()>,
+    recordings: LazyLogged<'a, 'txn, u128, &'static [u8]>,
+    expiry: LazyLogged<'a, 'txn, (u64, u128), ()>,
+    started: LazyLogged<'a, 'txn, (u64, u128), ()>,
+    tombstones: LazyLogged<'a, 'txn, u128, &'static [u8]>,
+    tombstone_expiry: LazyLogged<'a, 'txn, (u64, u128), ()>,
+    streams: LazyLogged<'a, 'txn, u128, &'static [u8]>,
+    sealed: LazyLogged<'a, 'txn, u128, &'static [u8]>,
+    live: LazyLogged<'a, 'txn, u128, ()>,
     index: &'a JournalIndex,
     pub(super) delta: &'a mut JournalDelta,
     redo: &'a Redo,
@@ -73,15 +74,20 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         now: u64,
     ) -> Result<Self> {
         Ok(Self {
-            chunks: Logged::open(txn, CHUNKS, TableId::Chunks, redo)?,
-            recordings: Logged::open(txn, RECORDINGS, TableId::Recordings, redo)?,
-            expiry: Logged::open(txn, EXPIRY, TableId::Expiry, redo)?,
-            started: Logged::open(txn, STARTED, TableId::Started, redo)?,
-            tombstones: Logged::open(txn, TOMBSTONES, TableId::Tombstones, redo)?,
-            tombstone_expiry: Logged::open(txn, TOMBSTONE_EXPIRY, TableId::TombstoneExpiry, redo)?,
-            streams: Logged::open(txn, STREAMS, TableId::Streams, redo)?,
-            sealed: Logged::open(txn, SEALED, TableId::Sealed, redo)?,
-            live: Logged::open(txn, LIVE, TableId::Live, redo)?,
+            chunks: LazyLogged::new(txn, CHUNKS, TableId::Chunks, redo),
+            recordings: LazyLogged::new(txn, RECORDINGS, TableId::Recordings, redo),
+            expiry: LazyLogged::new(txn, EXPIRY, TableId::Expiry, redo),
+            started: LazyLogged::new(txn, STARTED, TableId::Started, redo),
+            tombstones: LazyLogged::new(txn, TOMBSTONES, TableId::Tombstones, redo),
+            tombstone_expiry: LazyLogged::new(
+                txn,
+                TOMBSTONE_EXPIRY,
+                TableId::TombstoneExpiry,
+                redo,
+            ),
+            streams: LazyLogged::new(txn, STREAMS, TableId::Streams, redo),
+            sealed: LazyLogged::new(txn, SEALED, TableId::Sealed, redo),
+            live: LazyLogged::new(txn, LIVE, TableId::Live, redo),
             index,
             delta,
             redo,
@@ -97,7 +103,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         match self.metas.rows.entry(key) {
             Entry::Occupied(entry) => Ok(entry.into_mut()),
             Entry::Vacant(entry) => {
-                let row = match self.recordings.get(key).map_err(Error::storage)? {
+                let row = match self.recordings.open()?.get(key).map_err(Error::storage)? {
                     Some(bytes) => Some(decode_meta(bytes.value())?),
                     None => None,
                 };
@@ -135,6 +141,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     /// (deleted first with [`delete_recording`](Self::delete_recording)); its tombstone goes.
     pub(super) fn start_recording(&mut self, key: u128, meta: RecordingMeta) -> Result<()> {
         self.started
+            .open_mut()?
             .insert((meta.created_ms, key), ())
             .map_err(Error::storage)?;
         self.set_meta(key, Some(meta));
@@ -153,7 +160,10 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         meta.updated_ms = now;
         cached.dirty = true;
         if let Some(expires) = expires {
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+            self.expiry
+                .open_mut()?
+                .remove((expires, key))
+                .map_err(Error::storage)?;
         }
         // Its copy in the object store holds less than it will: it is sealed again when it ends.
         self.forget_seal(key)
@@ -175,6 +185,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             let mut value = Vec::with_capacity(self.scratch.len() + 8);
             segment::encode(&mut value, [self.scratch.as_slice()].into_iter());
             self.chunks
+                .open_mut()?
                 .insert((key, chunk.index), value.as_slice())
                 .map_err(Error::storage)?;
         } else {
@@ -212,6 +223,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         meta.error = error;
         cached.dirty = true;
         self.expiry
+            .open_mut()?
             .insert((expires, key), ())
             .map_err(Error::storage)?;
         Ok(())
@@ -223,7 +235,9 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let Some(old) = self.meta(key)? else {
             return Ok(None);
         };
-        self.chunks.remove_range((key, 0)..=(key, u64::MAX))?;
+        self.chunks
+            .open_mut()?
+            .remove_range((key, 0)..=(key, u64::MAX))?;
         self.delta.forget(self.redo, self.index, key);
         self.appended.remove(&key);
         self.forget_row(key, &old)?;
@@ -256,9 +270,15 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         meta.updated_ms = now;
         cached.dirty = true;
         if let Some(expires) = old_expiry {
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+            self.expiry
+                .open_mut()?
+                .remove((expires, key))
+                .map_err(Error::storage)?;
         }
-        self.expiry.insert((now, key), ()).map_err(Error::storage)?;
+        self.expiry
+            .open_mut()?
+            .insert((now, key), ())
+            .map_err(Error::storage)?;
         Ok(true)
     }
 
@@ -279,6 +299,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         let mut last = None;
         for entry in self
             .chunks
+            .open()?
             .range((key, 0)..=(key, u64::MAX))
             .map_err(Error::storage)?
         {
@@ -291,7 +312,9 @@ impl<'a, 'txn> Tables<'a, 'txn> {
             deleted += count;
         }
         if let Some(last) = last {
-            self.chunks.remove_range((key, 0)..=(key, last))?;
+            self.chunks
+                .open_mut()?
+                .remove_range((key, 0)..=(key, last))?;
         }
         if self.has_chunks(key)? {
             return Ok((deleted, false));
@@ -312,15 +335,22 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     /// fork's source then counts one fork less).
     fn forget_row(&mut self, key: u128, old: &RecordingMeta) -> Result<()> {
         if let Some(expires) = old.expires_at_ms {
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+            self.expiry
+                .open_mut()?
+                .remove((expires, key))
+                .map_err(Error::storage)?;
         }
         self.started
+            .open_mut()?
             .remove((old.created_ms, key))
             .map_err(Error::storage)?;
         self.set_meta(key, None);
         self.forget_seal(key)?;
         if let Some(row) = self.stream_row(key)? {
-            self.streams.remove(key).map_err(Error::storage)?;
+            self.streams
+                .open_mut()?
+                .remove(key)
+                .map_err(Error::storage)?;
             if let Some(fork) = row.fork {
                 self.release_fork(fork.source)?;
             }
@@ -332,20 +362,27 @@ impl<'a, 'txn> Tables<'a, 'txn> {
         self.forget_tombstone(key)?;
         let bytes = encode_tombstone(tombstone)?;
         self.tombstones
+            .open_mut()?
             .insert(key, bytes.as_slice())
             .map_err(Error::storage)?;
         self.tombstone_expiry
+            .open_mut()?
             .insert((tombstone.forgotten_at_ms, key), ())
             .map_err(Error::storage)?;
         Ok(())
     }
 
     fn forget_tombstone(&mut self, key: u128) -> Result<()> {
-        let removed = self.tombstones.remove(key).map_err(Error::storage)?;
+        let removed = self
+            .tombstones
+            .open_mut()?
+            .remove(key)
+            .map_err(Error::storage)?;
         if let Some(bytes) = removed {
             let old = decode_tombstone(bytes.value())?;
             drop(bytes);
             self.tombstone_expiry
+                .open_mut()?
                 .remove((old.forgotten_at_ms, key))
                 .map_err(Error::storage)?;
         }
@@ -356,6 +393,7 @@ impl<'a, 'txn> Tables<'a, 'txn> {
     fn has_chunks(&self, key: u128) -> Result<bool> {
         let mut range = self
             .chunks
+            .open()?
             .range((key, 0)..=(key, u64::MAX))
             .map_err(Error::storage)?;
         Ok(range.next().is_some())

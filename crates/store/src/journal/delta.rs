@@ -79,6 +79,7 @@ impl JournalDelta {
         let Some(first) = committed.as_ref().or(appended).map(Run::first_index) else {
             return Ok(0);
         };
+        let chunks = chunks.open_mut()?;
         let done = self.folded.get(&key).copied().unwrap_or(0);
         let values: Vec<&[u8]> = committed
             .iter()

@@ -13,7 +13,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 
 use super::segment::SEGMENT_BYTES;
-use super::wal::Logged;
+use super::wal::LazyLogged;
 
 mod delta;
 mod legacy_table;
@@ -32,7 +32,8 @@ pub(crate) const DIRECT_CHUNK_BYTES: usize = SEGMENT_BYTES / 2;
 /// the memory they use.
 const RUN_BYTES: usize = SEGMENT_BYTES + SEGMENT_BYTES / 4;
 
-pub(crate) type ChunksTable<'r, 'txn> = Logged<'r, 'txn, (u128, u64), &'static [u8]>;
+/// The `chunks` table as the commit pipeline changes it: logged, and opened on its first use.
+pub(crate) type ChunksTable<'r, 'txn> = LazyLogged<'r, 'txn, (u128, u64), &'static [u8]>;
 
 /// A run of one recording's consecutive chunk values (each as its layout encodes it), back to
 /// back in one buffer.

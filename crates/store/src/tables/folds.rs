@@ -18,9 +18,12 @@ impl Tables<'_, '_> {
                 .is_some_and(|meta| meta.status.is_live());
             if cached.listed_live != Some(live) {
                 if live {
-                    self.live.insert(key, ()).map_err(Error::storage)?;
+                    self.live
+                        .open_mut()?
+                        .insert(key, ())
+                        .map_err(Error::storage)?;
                 } else {
-                    self.live.remove(key).map_err(Error::storage)?;
+                    self.live.open_mut()?.remove(key).map_err(Error::storage)?;
                 }
                 cached.listed_live = Some(live);
             }
@@ -28,11 +31,15 @@ impl Tables<'_, '_> {
                 Some(meta) => {
                     let bytes = encode_meta(meta)?;
                     self.recordings
+                        .open_mut()?
                         .insert(key, bytes.as_slice())
                         .map_err(Error::storage)?;
                 }
                 None => {
-                    self.recordings.remove(key).map_err(Error::storage)?;
+                    self.recordings
+                        .open_mut()?
+                        .remove(key)
+                        .map_err(Error::storage)?;
                 }
             }
         }

@@ -10,7 +10,7 @@ use crate::seal_marks::{SealMark, Sealing};
 impl Tables<'_, '_> {
     /// The seal mark of `key`'s recording, if it is sealed.
     pub(crate) fn seal_mark(&self, key: u128) -> Result<Option<SealMark>> {
-        match self.sealed.get(key).map_err(Error::storage)? {
+        match self.sealed.open()?.get(key).map_err(Error::storage)? {
             Some(bytes) => Ok(Some(SealMark::decode(bytes.value())?)),
             None => Ok(None),
         }
@@ -49,10 +49,13 @@ impl Tables<'_, '_> {
             ..mark
         };
         if !mark.local {
-            self.chunks.remove_range((key, 0)..=(key, u64::MAX))?;
+            self.chunks
+                .open_mut()?
+                .remove_range((key, 0)..=(key, u64::MAX))?;
             self.delta.forget(self.redo, self.index, key);
         }
         self.sealed
+            .open_mut()?
             .insert(key, mark.encode()?.as_slice())
             .map_err(Error::storage)?;
         Ok(Sealing::Marked)
@@ -60,6 +63,10 @@ impl Tables<'_, '_> {
 
     /// Removes `key`'s seal mark: its row changed, or went.
     pub(super) fn forget_seal(&mut self, key: u128) -> Result<()> {
-        self.sealed.remove(key).map(drop).map_err(Error::storage)
+        self.sealed
+            .open_mut()?
+            .remove(key)
+            .map(drop)
+            .map_err(Error::storage)
     }
 }

@@ -9,7 +9,7 @@ use crate::stream_row::{ForkOf, StreamRow};
 impl Tables<'_, '_> {
     /// The `streams` row of `key`, if it has one.
     pub(crate) fn stream_row(&self, key: u128) -> Result<Option<StreamRow>> {
-        match self.streams.get(key).map_err(Error::storage)? {
+        match self.streams.open()?.get(key).map_err(Error::storage)? {
             Some(bytes) => Ok(Some(StreamRow::decode(bytes.value())?)),
             None => Ok(None),
         }
@@ -19,7 +19,12 @@ impl Tables<'_, '_> {
     /// soft delete are the store's: a row written over a stored one keeps the stored values.
     pub(crate) fn put_stream_row(&mut self, key: u128, row: Option<&[u8]>) -> Result<()> {
         let Some(bytes) = row else {
-            return self.streams.remove(key).map(drop).map_err(Error::storage);
+            return self
+                .streams
+                .open_mut()?
+                .remove(key)
+                .map(drop)
+                .map_err(Error::storage);
         };
         match self.stream_row(key)? {
             Some(stored) => {
@@ -30,6 +35,7 @@ impl Tables<'_, '_> {
             }
             None => self
                 .streams
+                .open_mut()?
                 .insert(key, bytes)
                 .map(drop)
                 .map_err(Error::storage),
@@ -39,6 +45,7 @@ impl Tables<'_, '_> {
     /// Writes `row` as the `streams` row of `key`, as it is.
     pub(super) fn write_stream_row(&mut self, key: u128, row: &StreamRow) -> Result<()> {
         self.streams
+            .open_mut()?
             .insert(key, row.encode()?.as_slice())
             .map(drop)
             .map_err(Error::storage)

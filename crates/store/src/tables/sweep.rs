@@ -13,12 +13,16 @@ const MAX_DUE_PER_SWEEP: usize = 1024;
 impl Tables<'_, '_> {
     /// Deletes tombstones whose time is up, at most [`MAX_DUE_PER_SWEEP`]; returns how many.
     fn forget_old_tombstones(&mut self) -> Result<u64> {
-        let due = due_by(&self.tombstone_expiry, self.now)?;
+        let due = due_by(self.tombstone_expiry.open()?, self.now)?;
         for &(at, key) in &due {
             self.tombstone_expiry
+                .open_mut()?
                 .remove((at, key))
                 .map_err(Error::storage)?;
-            self.tombstones.remove(key).map_err(Error::storage)?;
+            self.tombstones
+                .open_mut()?
+                .remove(key)
+                .map_err(Error::storage)?;
         }
         Ok(due.len() as u64)
     }
@@ -31,11 +35,14 @@ impl Tables<'_, '_> {
         tombstone_ms: u64,
     ) -> Result<SweepReport> {
         let mut report = SweepReport::default();
-        let due = due_by(&self.expiry, self.now)?;
+        let due = due_by(self.expiry.open()?, self.now)?;
         for (expires, key) in due {
             if self.pinned(key)? {
                 // Out of the schedule; deleted with its last fork (see `release_fork`).
-                self.expiry.remove((expires, key)).map_err(Error::storage)?;
+                self.expiry
+                    .open_mut()?
+                    .remove((expires, key))
+                    .map_err(Error::storage)?;
                 let cached = self.cached(key)?;
                 if let Some(meta) = cached.row.as_mut() {
                     meta.expires_at_ms = None;
@@ -51,7 +58,10 @@ impl Tables<'_, '_> {
                 break;
             }
             // Gone with its row already, unless the row disagreed with the schedule.
-            self.expiry.remove((expires, key)).map_err(Error::storage)?;
+            self.expiry
+                .open_mut()?
+                .remove((expires, key))
+                .map_err(Error::storage)?;
             report.recordings_deleted += 1;
         }
         report.tombstones_forgotten = self.forget_old_tombstones()?;

@@ -32,7 +32,7 @@ mod logged;
 mod redo;
 mod roll_forward;
 
-pub(crate) use logged::Logged;
+pub(crate) use logged::LazyLogged;
 pub(crate) use redo::{Redo, TableId};
 pub(crate) use roll_forward::{apply_changes, checkpoint_commit, roll_forward};
 
