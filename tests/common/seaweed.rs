@@ -86,6 +86,40 @@ impl Ports {
         }
     }
 
+    /// Binds a socket to each port, without listening: while held, no other process's socket
+    /// can take one (a connection's local port included), and a client dialling one is refused
+    /// as by a closed port. A port that cannot be bound is skipped.
+    fn hold(&self) -> Vec<socket2::Socket> {
+        self.all()
+            .into_iter()
+            .filter_map(|port| {
+                let socket =
+                    socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None)
+                        .ok()?;
+                // The stopped server's connections may linger in TIME_WAIT on its ports.
+                socket.set_reuse_address(true).ok()?;
+                let addr = std::net::SocketAddr::from(([127, 0, 0, 1], port));
+                socket.bind(&addr.into()).ok()?;
+                Some(socket)
+            })
+            .collect()
+    }
+
+    fn all(&self) -> [u16; 10] {
+        [
+            self.master,
+            self.master_grpc,
+            self.volume,
+            self.volume_grpc,
+            self.filer,
+            self.filer_grpc,
+            self.s3,
+            self.s3_grpc,
+            self.admin,
+            self.admin_grpc,
+        ]
+    }
+
     /// The gRPC Unix sockets `weed mini` makes at fixed paths under `/tmp` (whatever `TMPDIR`
     /// says) and leaves behind when killed.
     fn tmp_sockets(&self) -> [String; 5] {
@@ -107,6 +141,8 @@ pub(crate) struct Seaweed {
     secret: String,
     /// `None` while stopped.
     child: Option<Child>,
+    /// While stopped, its ports, held so that it can start again on them (see [`Ports::hold`]).
+    held: Vec<socket2::Socket>,
     /// Everything it wrote to stdout and stderr, kept for failure messages.
     log: LogLines,
 }
@@ -132,6 +168,7 @@ impl Seaweed {
                 ),
                 dir,
                 child: None,
+                held: Vec::new(),
                 log: LogLines::default(),
             };
             std::fs::create_dir(server.data_dir()).unwrap();
@@ -206,11 +243,14 @@ impl Seaweed {
         keys
     }
 
-    /// SIGKILLs it: its S3 port stops answering; what it stored stays in its data dir.
+    /// SIGKILLs it: its S3 port stops answering (refusing connections); what it stored stays
+    /// in its data dir. Its ports are held until it starts again: tests run side by side, and
+    /// another's connection could otherwise take one as its local port meanwhile.
     pub(crate) fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill();
             let _ = child.wait();
+            self.held = self.ports.hold();
         }
     }
 
@@ -218,6 +258,7 @@ impl Seaweed {
     /// once its S3 API answers.
     pub(crate) fn restart(&mut self) {
         self.stop();
+        self.held.clear();
         if let Err(log) = self.spawn(&weed()) {
             panic!("weed mini did not start again on its ports; its log:\n{log}");
         }
