@@ -1,9 +1,9 @@
 // Drives headless Chromium for tests/clients/browser.rs: serves a page that resumes stream STREAM_URL
-// from SAVED_OFFSET with the browser's own EventSource (the three lines docs/http.md shows),
-// prints "connected" once the page has its first control event, then prints what the page
-// received, every control event as the browser parsed it (its id and its data), and the
-// `Stream-Next-Offset` a cross-origin fetch of the stream could read, as JSON, once the stream
-// has closed.
+// from SAVED_OFFSET with the browser's own EventSource (the three lines docs/http.md shows), in
+// three readers at once (as three tabs of the app would), prints "connected" once each has its
+// first control event, then prints what each received, every control event as the browser
+// parsed it (its id and its data), and the `Stream-Next-Offset` a cross-origin fetch of the
+// stream could read, as JSON, once the stream has closed.
 import { createServer } from "node:http"
 import { chromium } from "playwright-core"
 
@@ -14,14 +14,17 @@ const page = `<!doctype html>
 <meta charset="utf-8">
 <pre id="out"></pre>
 <script>
-  window.received = ""; window.controls = []; window.connected = false; window.done = false
-  const es = new EventSource(${JSON.stringify(`${streamUrl}?offset=${savedOffset}&live=sse`)})
-  es.addEventListener("data", (e) => { out.textContent += e.data; window.received += e.data })
-  es.addEventListener("control", (e) => {
-    const data = JSON.parse(e.data)
-    window.controls.push({ id: e.lastEventId, data })
-    window.connected = true
-    if (data.streamClosed) { es.close(); window.done = true }
+  window.readers = [0, 1, 2].map(() => {
+    const reader = { received: "", controls: [], connected: false, done: false }
+    const es = new EventSource(${JSON.stringify(`${streamUrl}?offset=${savedOffset}&live=sse`)})
+    es.addEventListener("data", (e) => { out.textContent += e.data; reader.received += e.data })
+    es.addEventListener("control", (e) => {
+      const data = JSON.parse(e.data)
+      reader.controls.push({ id: e.lastEventId, data })
+      reader.connected = true
+      if (data.streamClosed) { es.close(); reader.done = true }
+    })
+    return reader
   })
   // A catch-up read by fetch, as the protocol's client makes it: the page can read the
   // offset header only if the server exposes it to this origin.
@@ -38,13 +41,12 @@ const browser = await chromium.launch({ executablePath, args: ["--no-sandbox"] }
 try {
   const tab = await browser.newPage()
   await tab.goto(`http://127.0.0.1:${server.address().port}/`)
-  await tab.waitForFunction(() => window.connected, null, { timeout: 20000 })
+  await tab.waitForFunction(() => window.readers.every((r) => r.connected), null, { timeout: 20000 })
   console.log("connected")
-  await tab.waitForFunction(() => window.done, null, { timeout: 20000 })
-  const received = await tab.evaluate(() => window.received)
-  const controls = await tab.evaluate(() => window.controls)
+  await tab.waitForFunction(() => window.readers.every((r) => r.done), null, { timeout: 20000 })
+  const readers = await tab.evaluate(() => window.readers)
   const nextOffset = await tab.evaluate(() => window.readOffset())
-  console.log(JSON.stringify({ received, controls, nextOffset }))
+  console.log(JSON.stringify({ readers, nextOffset }))
 } finally {
   await browser.close()
   server.close()

@@ -1,8 +1,9 @@
 //! A real browser resumes a live recording: headless Chromium (Debian's `chromium`, driven by
 //! playwright-core from `tests/browser/resume.mjs`) opens a page on another origin that
-//! resumes the recording with its own EventSource from a saved offset, while a gRPC producer
-//! writes the rest. The page must receive the rest exactly once, and every control event as
-//! the protocol writes it (its offset as its event id, a cursor of digits). `scripts/test.sh`
+//! resumes the recording with its own EventSource from a saved offset, three at once (as
+//! three tabs would: readers at one place share the events rendered for them), while a gRPC
+//! producer writes the rest. Each must receive the rest exactly once, and every control event
+//! as the protocol writes it (its offset as its event id, a cursor of digits). `scripts/test.sh`
 //! installs Chromium and the driver.
 use crate::common;
 
@@ -76,17 +77,26 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
         .unwrap();
     let result: serde_json::Value = serde_json::from_str(&result).unwrap();
     assert!(page.wait().unwrap().success());
-    assert_eq!(result["received"], during.concat());
     // The CORS headers reached the page's fetch: the offset was exposed to its origin.
     let next_offset = result["nextOffset"].as_str().unwrap_or_default();
     assert!(!next_offset.is_empty(), "not exposed to the page: {result}");
-    // Every control event, as the browser parsed it: its offset is its event id (what the
-    // browser sends back as Last-Event-ID), in the protocol's fixed width; while the stream is
-    // open it carries a cursor of digits that never goes back; the last one is where the
-    // closed stream ends.
-    let controls = result["controls"]
+    let readers = result["readers"].as_array().expect("the page's readers");
+    assert_eq!(readers.len(), 3, "{result}");
+    for reader in readers {
+        assert_eq!(reader["received"], during.concat(), "{reader}");
+        check_controls(reader, next_offset);
+    }
+    server.stop().await;
+}
+
+/// Every control event of `reader`, as the browser parsed it: its offset is its event id (what
+/// the browser sends back as Last-Event-ID), in the protocol's fixed width; while the stream is
+/// open it carries a cursor of digits that never goes back; the last one is where the closed
+/// stream ends, `next_offset`.
+fn check_controls(reader: &serde_json::Value, next_offset: &str) {
+    let controls = reader["controls"]
         .as_array()
-        .expect("the page's control events");
+        .expect("the reader's control events");
     let mut last_cursor = 0;
     for control in controls {
         let (id, data) = (&control["id"], &control["data"]);
@@ -106,5 +116,4 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     let last = controls.last().expect("at least the closing control event");
     assert_eq!(last["data"]["streamClosed"], true, "{last}");
     assert_eq!(last["data"]["streamNextOffset"], next_offset, "{last}");
-    server.stop().await;
 }

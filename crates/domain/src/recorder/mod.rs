@@ -69,7 +69,7 @@ pub use progress::{Progress, Status};
 pub use registry::{LivePolicy, OnConflict};
 pub use replay::{ChunkMark, MAX_MESSAGE_BYTES, Piece, Replay};
 pub use settings::RecorderSettings;
-pub use tape::{Holder, Tape, TapeWriter};
+pub use tape::{Holder, Place, Tape, TapeWriter};
 pub use text::is_text;
 // Values the faces read and hand back, kept by the store: re-exported here, so that a face
 // names them as the domain's and never reaches the store.

@@ -144,7 +144,56 @@ struct Pending {
 
 /// Bytes as they go on the wire: a chunk's length line, its data, its line end (for a body
 /// that is not chunked, the data alone).
-type Framed = bytes::buf::Chain<bytes::buf::Chain<Bytes, Bytes>, &'static [u8]>;
+type Framed = bytes::buf::Chain<bytes::buf::Chain<LengthLine, Bytes>, &'static [u8]>;
+
+/// A chunk's length line (hex digits, CRLF), held inline: no allocation for it per event.
+#[derive(Default)]
+struct LengthLine {
+    bytes: [u8; 18],
+    start: u8,
+}
+
+impl LengthLine {
+    fn of(length: usize) -> Self {
+        let mut line = LengthLine::default();
+        let mut at = line.bytes.len() - 2;
+        line.bytes[at..].copy_from_slice(b"\r\n");
+        let mut rest = length;
+        loop {
+            at -= 1;
+            line.bytes[at] = b"0123456789abcdef"[rest % 16];
+            rest /= 16;
+            if rest == 0 {
+                break;
+            }
+        }
+        line.start = at as u8;
+        line
+    }
+
+    /// No line: a body that is not chunked.
+    fn none() -> Self {
+        LengthLine {
+            bytes: [0; 18],
+            start: 18,
+        }
+    }
+}
+
+impl Buf for LengthLine {
+    fn remaining(&self) -> usize {
+        self.bytes.len() - self.start as usize
+    }
+
+    fn chunk(&self) -> &[u8] {
+        &self.bytes[self.start as usize..]
+    }
+
+    fn advance(&mut self, count: usize) {
+        assert!(count <= self.remaining(), "advanced past the length line");
+        self.start += count as u8;
+    }
+}
 
 /// What the loop does next.
 enum Step {
@@ -196,7 +245,7 @@ impl<H> Sending<H> {
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(data) if data.is_empty() => return Step::Again,
                 Ok(data) if chunked => chunk(data),
-                Ok(data) => Bytes::new().chain(data).chain(&b""[..]),
+                Ok(data) => LengthLine::none().chain(data).chain(&b""[..]),
                 Err(_) => return Step::Again, // trailers: none on this face
             },
             // The response failed midway: the client sees the body cut short, as with hyper.
@@ -206,9 +255,7 @@ impl<H> Sending<H> {
                 if !chunked {
                     return Step::Again;
                 }
-                Bytes::new()
-                    .chain(Bytes::from_static(b"0\r\n\r\n"))
-                    .chain(&b""[..])
+                LengthLine::of(0).chain(Bytes::new()).chain(&b"\r\n"[..])
             }
         };
         self.write(bytes)
@@ -332,9 +379,7 @@ fn response_head(status: http::StatusCode, headers: &HeaderMap, length: Option<u
 /// `data` as one chunk of a chunked body: its length, itself, a line end (written in one
 /// vectored write, without a copy).
 fn chunk(data: Bytes) -> Framed {
-    let mut length = Vec::with_capacity(10);
-    let _ = write!(length, "{:x}\r\n", data.len());
-    Bytes::from(length).chain(data).chain(&b"\r\n"[..])
+    LengthLine::of(data.len()).chain(data).chain(&b"\r\n"[..])
 }
 
 #[cfg(test)]
@@ -366,5 +411,12 @@ mod tests {
         let framed = framed.copy_to_bytes(framed.remaining()).to_vec();
         let expected = [&b"1a\r\n"[..], &[b'x'; 26], b"\r\n"].concat();
         assert_eq!(framed, expected);
+        for length in [0, 1, 15, 16, 255, 4096, 262_143, usize::MAX] {
+            let line = LengthLine::of(length);
+            assert_eq!(line.chunk(), format!("{length:x}\r\n").as_bytes());
+        }
+        let mut end = LengthLine::of(0).chain(Bytes::new()).chain(&b"\r\n"[..]);
+        assert_eq!(&end.copy_to_bytes(end.remaining())[..], b"0\r\n\r\n");
+        assert_eq!(LengthLine::none().remaining(), 0);
     }
 }

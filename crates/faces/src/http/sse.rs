@@ -29,6 +29,9 @@ use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
 
 /// Most bytes in one `data` event.
 const MAX_EVENT_BYTES: usize = 256 * 1024;
+/// Most bytes of a data event left for the other readers of its stream (see `next_event`):
+/// the live events many readers share are small; a catch-up's are not shared.
+const MAX_SHARED_BYTES: usize = 16 * 1024;
 /// A comment is sent after this long without an event, so idle proxies keep the connection.
 const KEEPALIVE: Duration = Duration::from_secs(15);
 /// Connections end after this long, as the protocol recommends, for caches to collapse
@@ -125,6 +128,11 @@ struct Events {
     held: Vec<u8>,
     /// When a keepalive is due, if nothing is sent before.
     keepalive_at: Instant,
+    /// When the connection ends, for the client to reconnect.
+    deadline: Instant,
+    encoding: Encoding,
+    /// The recorder's stop: it ends the stream.
+    stop: tokio_util::sync::CancellationToken,
 }
 
 /// The event stream of `reader`.
@@ -135,18 +143,19 @@ fn events(
     stop: tokio_util::sync::CancellationToken,
 ) -> impl Stream<Item = Result<Bytes, std::convert::Infallible>> {
     let now = Instant::now();
-    let deadline = now + MAX_CONNECTION;
-    // Boxed: moved from one event to the next, it is never copied twice into a future.
+    // Boxed: moved from one event to the next, it is never copied twice into a future; and
+    // it holds all an event needs, so making the next event's future copies nothing more.
     let state = Some(Box::new(Events {
         reader,
         cursor: cursor::next(cursor_param.as_deref()),
         first: true,
         held: Vec::new(),
         keepalive_at: now + KEEPALIVE,
+        deadline: now + MAX_CONNECTION,
+        encoding,
+        stop,
     }));
-    futures::stream::unfold(state, move |state| {
-        next_event(state, encoding, stop.clone(), deadline)
-    })
+    futures::stream::unfold(state, next_event)
 }
 
 /// The next event of the stream `state` is at, and where it is after it; `None` once it has
@@ -156,15 +165,26 @@ fn events(
 /// at the time and the stop then.
 async fn next_event(
     state: Option<Box<Events>>,
-    encoding: Encoding,
-    stop: tokio_util::sync::CancellationToken,
-    deadline: Instant,
 ) -> Option<(Result<Bytes, std::convert::Infallible>, Option<Box<Events>>)> {
     let mut state = state?;
+    let encoding = state.encoding;
     let mut batch = Vec::new();
     let mut bytes = 0;
+    let mut from;
     loop {
         let reader = &mut state.reader;
+        // The readers of a live stream wake together at a commit: the first to get here reads
+        // and renders the new data event, and leaves it for the others at the same place.
+        from = state.held.is_empty().then(|| reader.place()).flatten();
+        if from.is_some()
+            && let Some(data) = reader.take_rendering(encoding as u8)
+        {
+            // Taken only when it holds everything committed, the stream still open.
+            let mut out = BytesMut::with_capacity(data.len() + 256);
+            out.put_slice(&data);
+            finish_event(&mut state, &mut out, true);
+            return Some((Ok(out.freeze()), Some(state)));
+        }
         // Everything committed already goes out at once.
         while bytes < MAX_EVENT_BYTES {
             match Box::pin(reader.ready(MAX_EVENT_BYTES - bytes)).await {
@@ -184,11 +204,11 @@ async fn next_event(
             break;
         }
         // Caught up: wait for more, with a keepalive comment after a quiet while.
-        if stop.is_cancelled() {
+        if state.stop.is_cancelled() {
             return None;
         }
         let now = Instant::now();
-        if now >= deadline {
+        if now >= state.deadline {
             return None;
         }
         if now >= state.keepalive_at {
@@ -199,24 +219,17 @@ async fn next_event(
         }
         reader.changed().await;
     }
-    let Events {
-        reader,
-        cursor,
-        first,
-        held,
-        keepalive_at,
-    } = &mut *state;
-    let closed = reader.ended();
+    let closed = state.reader.ended();
     // Room for the batch as base64 (its longest form) and the control event: one allocation.
     let mut out = BytesMut::with_capacity(bytes + bytes / 3 + 256);
     if encoding == Encoding::Text {
         // Text goes out in whole characters and whole line breaks: an event is decoded on
         // its own, so a character split across appends waits for the rest of its bytes, and
         // a CR for the next byte (a CRLF is one line break).
-        let mut text = std::mem::take(held);
+        let mut text = std::mem::take(&mut state.held);
         batch.iter().for_each(|piece| text.extend_from_slice(piece));
         if !closed {
-            *held = text.split_off(text.len() - undecided_tail(&text));
+            state.held = text.split_off(text.len() - undecided_tail(&text));
         }
         if !text.is_empty() {
             data_event(&mut out, &[Bytes::from(text)], encoding);
@@ -226,20 +239,43 @@ async fn next_event(
     }
     // Caught up when nothing more is committed right now.
     let up_to_date = closed || bytes < MAX_EVENT_BYTES;
+    if let Some(from) = from
+        && up_to_date
+        && !closed
+        && state.held.is_empty()
+        && !out.is_empty()
+        && out.len() <= MAX_SHARED_BYTES
+    {
+        let data = Bytes::copy_from_slice(&out);
+        state.reader.leave_rendering(encoding as u8, from, data);
+    }
+    finish_event(&mut state, &mut out, up_to_date);
+    Some((Ok(out.freeze()), (!closed).then_some(state)))
+}
+
+/// Ends an event with its control event, and moves `state` past it.
+fn finish_event(state: &mut Events, out: &mut BytesMut, up_to_date: bool) {
+    let Events {
+        reader,
+        cursor,
+        first,
+        held,
+        keepalive_at,
+        ..
+    } = state;
     // The request's cursor decided the first; later ones only keep up with the time.
     if !*first {
         *cursor = cursor::after(*cursor);
     }
     control_event(
-        &mut out,
+        out,
         reader.position() - held.len() as u64,
-        (!closed).then_some(*cursor),
+        (!reader.ended()).then_some(*cursor),
         up_to_date,
         reader.ended_as(),
     );
     *first = false;
     *keepalive_at = Instant::now() + KEEPALIVE;
-    Some((Ok(out.freeze()), (!closed).then_some(state)))
 }
 
 /// Writes one `data` event holding `batch`.

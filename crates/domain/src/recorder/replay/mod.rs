@@ -9,6 +9,9 @@
 mod large_chunks;
 mod open;
 mod read;
+mod rendering;
+#[cfg(test)]
+mod shared_renderings;
 
 use std::sync::Arc;
 

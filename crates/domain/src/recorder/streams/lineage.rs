@@ -4,7 +4,7 @@ use bytes::Bytes;
 
 use crate::error::Result;
 use crate::id::ConversationId;
-use crate::recorder::{Recorder, Replay, Status};
+use crate::recorder::{Place, Recorder, Replay, Status};
 use crate::store::ForkOf;
 
 /// One portion of a read: bytes, or one JSON message.
@@ -135,6 +135,35 @@ impl LineageReader {
     /// ended and everything has been read.
     pub fn ended_as(&self) -> Option<Status> {
         self.ended().then(|| self.replay.ending()).flatten()
+    }
+
+    /// Where it is in the live recording it follows, when it may share renderings of what
+    /// comes next with other readers there (see [`Replay::take_rendering`]): only on the
+    /// stream's own recording, not on a stretch it was forked from.
+    pub fn place(&self) -> Option<Place> {
+        match self.stretches.len() {
+            1 => self.replay.place(),
+            _ => None,
+        }
+    }
+
+    /// Leaves `bytes`, rendered as `kind` from what it read since `from`, for the readers there.
+    pub fn leave_rendering(&self, kind: u8, from: Place, bytes: Bytes) {
+        if self.stretches.len() == 1 {
+            self.replay.leave_rendering(kind, from, bytes);
+        }
+    }
+
+    /// The rendering as `kind` of everything committed after its place, when another reader
+    /// there left one, and moves past it (see [`Replay::take_rendering`]).
+    pub fn take_rendering(&mut self, kind: u8) -> Option<Bytes> {
+        if self.stretches.len() != 1 {
+            return None;
+        }
+        let before = self.replay.offset();
+        let bytes = self.replay.take_rendering(kind)?;
+        self.position += self.replay.offset() - before;
+        Some(bytes)
     }
 
     async fn next(&mut self, max_bytes: usize, wait: bool) -> Result<Option<Portion>> {

@@ -8,6 +8,7 @@
 //! keep following, and it ends as `interrupted` only if no producer resumes it within the
 //! grace period. A resume starts a new producer session; the pipeline refuses appends of
 //! older sessions from then on (fencing).
+mod rendering;
 mod tail;
 mod writer;
 
@@ -15,6 +16,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Instant;
 
+use bytes::Bytes;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
@@ -23,6 +25,8 @@ use super::registry::Registry;
 use crate::error::Error;
 use crate::id::ConversationId;
 use crate::store::{Chunk, LiveRecording};
+pub use rendering::Place;
+pub(crate) use rendering::Rendering;
 use tail::Tail;
 pub use writer::TapeWriter;
 
@@ -47,6 +51,8 @@ pub struct Tape {
     /// for the end only, and should not wake at every commit.
     ended: CancellationToken,
     tail: Mutex<Tail>,
+    /// The last stretch a face rendered for its readers, for the others at the same place.
+    rendering: Mutex<Option<Rendering>>,
     last_activity_ms: AtomicU64,
     /// Set by the pipeline when it accepts the op that ends the tape; later ops are refused.
     closed: AtomicBool,
@@ -105,6 +111,7 @@ impl Tape {
             progress: watch::Sender::new(progress),
             ended: CancellationToken::new(),
             tail: Mutex::new(Tail::default()),
+            rendering: Mutex::new(None),
             last_activity_ms: AtomicU64::new(now_ms),
             closed: AtomicBool::new(false),
             deposed: AtomicBool::new(false),
@@ -222,6 +229,21 @@ impl Tape {
     pub fn tail_from(&self, index: u64) -> Option<Vec<Chunk>> {
         let tail = self.tail.lock().unwrap_or_else(|e| e.into_inner());
         tail.from(index, || self.progress().chunks)
+    }
+
+    /// Leaves `rendering` for the readers at its start, in place of the last one.
+    pub(crate) fn leave_rendering(&self, rendering: Rendering) {
+        *self.rendering.lock().unwrap_or_else(|e| e.into_inner()) = Some(rendering);
+    }
+
+    /// The bytes of the rendering left as `kind` from `from`, and where it ends, if that is
+    /// the one left.
+    pub(crate) fn rendering(&self, kind: u8, from: Place) -> Option<(Bytes, Place)> {
+        let rendering = self.rendering.lock().unwrap_or_else(|e| e.into_inner());
+        rendering
+            .as_ref()
+            .filter(|r| r.kind == kind && r.from == from)
+            .map(|r| (r.bytes.clone(), r.to))
     }
 }
 
