@@ -245,6 +245,7 @@ async fn next_event(
         && state.held.is_empty()
         && !out.is_empty()
         && out.len() <= MAX_SHARED_BYTES
+        && state.reader.has_company()
     {
         let data = Bytes::copy_from_slice(&out);
         state.reader.leave_rendering(encoding as u8, from, data);

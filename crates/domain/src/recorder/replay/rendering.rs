@@ -19,6 +19,12 @@ impl Replay {
         }
     }
 
+    /// Whether a rendering it leaves may be taken: another replay follows its tape. A lone
+    /// reader (the common case) need not copy its events for nobody.
+    pub fn has_company(&self) -> bool {
+        matches!(&self.source, Source::Live { tape, .. } if tape.readers() > 1)
+    }
+
     /// Leaves `bytes`, rendered as `kind` from what it read between `from` and where it is
     /// now, for the replays at `from`.
     pub fn leave_rendering(&self, kind: u8, from: Place, bytes: Bytes) {

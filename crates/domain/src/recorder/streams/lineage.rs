@@ -147,6 +147,11 @@ impl LineageReader {
         }
     }
 
+    /// Whether another reader follows the recording it reads, to take what it leaves.
+    pub fn has_company(&self) -> bool {
+        self.stretches.len() == 1 && self.replay.has_company()
+    }
+
     /// Leaves `bytes`, rendered as `kind` from what it read since `from`, for the readers there.
     pub fn leave_rendering(&self, kind: u8, from: Place, bytes: Bytes) {
         if self.stretches.len() == 1 {
