@@ -187,7 +187,7 @@ impl HttpBody for Counted {
             && let Some(data) = frame.data_ref()
         {
             *this.sent += data.len() as u64;
-            metrics::counter!(metric::HTTP_SENT_BYTES).increment(data.len() as u64);
+            sent_bytes().increment(data.len() as u64);
         }
         polled
     }
@@ -199,6 +199,14 @@ impl HttpBody for Counted {
     fn size_hint(&self) -> http_body::SizeHint {
         self.inner.size_hint()
     }
+}
+
+/// The sent-bytes counter, looked up once: every frame of every response adds to it, and a
+/// lookup by name (a hash and a map) cost more than the add. The binary installs its metrics
+/// recorder before any face serves, so the first frame finds it.
+fn sent_bytes() -> &'static metrics::Counter {
+    static SENT: std::sync::OnceLock<metrics::Counter> = std::sync::OnceLock::new();
+    SENT.get_or_init(|| metrics::counter!(metric::HTTP_SENT_BYTES))
 }
 
 /// The method as a label: the protocol's and CORS's, anything else `other` (labels are bounded).
