@@ -21,9 +21,40 @@ pub(crate) const DEFAULT_FILTER: &str = "info,openraft=off";
 ///
 /// Fails when traces are asked for and cannot be exported.
 pub(crate) fn init_tracing(format: LogFormat) -> anyhow::Result<Option<Exporting>> {
+    use tracing_subscriber::util::SubscriberInitExt;
+    let logging = logging(format);
+    #[cfg(feature = "otlp")]
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        // Without traces the layer is left out, not added as `None`: an absent `Option` layer
+        // says every callsite is always of interest, and every request's span would then be
+        // made, entered at each poll and dropped for nothing.
+        match crate::traces::layer()? {
+            Some((traces, exporting)) => {
+                logging.with(traces).init();
+                Ok(Some(exporting))
+            }
+            None => {
+                logging.init();
+                Ok(None)
+            }
+        }
+    }
+    #[cfg(not(feature = "otlp"))]
+    {
+        logging.init();
+        Ok(None)
+    }
+}
+
+/// The subscriber that logs to stderr in `format`, filtered by `RUST_LOG`; it takes no span
+/// meant for traces.
+fn logging(
+    format: LogFormat,
+) -> impl tracing::Subscriber + for<'span> tracing_subscriber::registry::LookupSpan<'span> + Send + Sync
+{
     use tracing_subscriber::Layer;
     use tracing_subscriber::layer::SubscriberExt;
-    use tracing_subscriber::util::SubscriberInitExt;
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(DEFAULT_FILTER))
         .add_directive(
@@ -39,21 +70,7 @@ pub(crate) fn init_tracing(format: LogFormat) -> anyhow::Result<Option<Exporting
         LogFormat::Text => logs.boxed(),
         LogFormat::Json => logs.json().boxed(),
     };
-    let registry = tracing_subscriber::registry().with(logs.with_filter(filter));
-    #[cfg(feature = "otlp")]
-    {
-        let (traces, exporting) = match crate::traces::layer()? {
-            Some((layer, exporting)) => (Some(layer), Some(exporting)),
-            None => (None, None),
-        };
-        registry.with(traces).init();
-        Ok(exporting)
-    }
-    #[cfg(not(feature = "otlp"))]
-    {
-        registry.init();
-        Ok(None)
-    }
+    tracing_subscriber::registry().with(logs.with_filter(filter))
 }
 
 /// What exports traces while the server runs (nothing without the `otlp` feature).
@@ -192,4 +209,22 @@ fn serve_metrics(
     // `addr` is the bound address: with port 0, the one the kernel picked.
     tracing::info!(%addr, "serving Prometheus metrics at /metrics");
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A request's span, as the faces open it: made only when something takes it.
+    fn request_span() -> tracing::Span {
+        tracing::info_span!(target: tapedeck::trace_context::SPAN_TARGET, "http request")
+    }
+
+    #[test]
+    fn without_traces_a_request_span_is_not_made() {
+        tracing::subscriber::with_default(logging(LogFormat::Text), || {
+            assert!(request_span().is_disabled());
+            tracing::info_span!("a span meant for the log").in_scope(|| {});
+        });
+    }
 }

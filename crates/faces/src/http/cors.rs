@@ -7,6 +7,7 @@
 //! to write and its client paid to parse. Such a response says `Vary: Origin` instead, so a
 //! cache keeps it apart from the answer to a CORS request, which the CORS layer marks with its
 //! own `Vary`.
+use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use futures::FutureExt;
@@ -19,24 +20,32 @@ use tower_service::Service;
 
 /// Applies `CorsLayer` to requests with `Origin`, and `Vary: Origin` to the others.
 #[derive(Clone)]
-pub(super) struct CorsWhenAsked(pub(super) CorsLayer);
+pub(super) struct CorsWhenAsked(Arc<CorsLayer>);
 
-impl<S: Clone> Layer<S> for CorsWhenAsked {
+impl CorsWhenAsked {
+    pub(super) fn new(cors: CorsLayer) -> Self {
+        Self(Arc::new(cors))
+    }
+}
+
+impl<S> Layer<S> for CorsWhenAsked {
     type Service = CorsWhenAskedService<S>;
 
     fn layer(&self, inner: S) -> Self::Service {
         CorsWhenAskedService {
-            cors: self.0.layer(inner.clone()),
-            plain: inner,
+            cors: self.0.clone(),
+            inner,
         }
     }
 }
 
-/// The service `CorsWhenAsked` makes: the inner service with and without CORS.
+/// The service `CorsWhenAsked` makes: the inner service, wrapped in CORS for a request that
+/// asks for it. Cloned for every request, so it holds the CORS settings shared: copying them
+/// (lists of header names) cost every request, most of which never read them.
 #[derive(Clone)]
 pub(super) struct CorsWhenAskedService<S> {
-    cors: Cors<S>,
-    plain: S,
+    cors: Arc<CorsLayer>,
+    inner: S,
 }
 
 /// What the plain path's answer becomes: the same, saying it varies by `Origin`.
@@ -44,7 +53,7 @@ type Marked<R, E> = fn(Result<Response<R>, E>) -> Result<Response<R>, E>;
 
 impl<S, B, R> Service<Request<B>> for CorsWhenAskedService<S>
 where
-    S: Service<Request<B>, Response = Response<R>>,
+    S: Service<Request<B>, Response = Response<R>> + Clone,
     R: Default,
 {
     type Response = Response<R>;
@@ -53,19 +62,18 @@ where
         Either<<Cors<S> as Service<Request<B>>>::Future, Map<S::Future, Marked<R, S::Error>>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // Either may take the next request, so both must be ready for it.
-        match self.cors.poll_ready(cx) {
-            Poll::Ready(Ok(())) => self.plain.poll_ready(cx),
-            other => other,
-        }
+        self.inner.poll_ready(cx)
     }
 
     fn call(&mut self, request: Request<B>) -> Self::Future {
         if request.headers().contains_key(ORIGIN) {
-            Either::Left(self.cors.call(request))
+            // The service made ready takes the request; its clone waits for the next one.
+            let next = self.inner.clone();
+            let ready = std::mem::replace(&mut self.inner, next);
+            Either::Left(self.cors.layer(ready).call(request))
         } else {
             Either::Right(
-                self.plain
+                self.inner
                     .call(request)
                     .map(vary_by_origin as Marked<R, S::Error>),
             )

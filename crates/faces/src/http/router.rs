@@ -8,6 +8,7 @@ use axum::extract::{Request, State};
 use axum::response::{IntoResponse, Response};
 use http::{HeaderValue, Method, StatusCode};
 use tower_http::cors::{AllowOrigin, CorsLayer};
+use tower_layer::Layer;
 
 use super::cors::CorsWhenAsked;
 use super::dispatch::dispatch;
@@ -28,6 +29,11 @@ pub(super) fn routes(face: Arc<HttpFace>) -> Router {
 }
 
 /// The face's routes, with the layers every response passes through.
+///
+/// The layers wrap the routes once, from outside, not each route (`Router::layer`): a route
+/// clones its service for every request, and each layer applied to it there is one more box
+/// to allocate and one more layer's state (CORS's lists of headers, the prefix) to copy.
+/// Here a request pays for one clone of the stack, whose layers hold only shared state.
 pub(super) fn router(face: Arc<HttpFace>) -> Router {
     let exposed: Vec<http::HeaderName> = reply::EXPOSED
         .iter()
@@ -49,14 +55,13 @@ pub(super) fn router(face: Arc<HttpFace>) -> Router {
         ])
         .allow_headers(allowed)
         .expose_headers(exposed);
-    routes(face.clone())
-        .layer(axum::middleware::map_response(security_headers))
-        .layer(CorsWhenAsked(cors))
-        .layer(axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES))
-        .layer(axum::middleware::from_fn_with_state(
-            face.prefix.clone(),
-            telemetry::observe,
-        ))
+    let observed = telemetry::Observed::of(&face.prefix);
+    let routes = routes(face);
+    let secured = axum::middleware::map_response(security_headers).layer(routes);
+    let with_cors = CorsWhenAsked::new(cors).layer(secured);
+    let limited = axum::extract::DefaultBodyLimit::max(MAX_BODY_BYTES).layer(with_cors);
+    let stack = axum::middleware::from_fn_with_state(observed, telemetry::observe).layer(limited);
+    Router::new().fallback_service(stack)
 }
 
 /// Headers every response carries, refusals included.

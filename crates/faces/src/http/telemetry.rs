@@ -22,34 +22,52 @@ use super::StreamPrefix;
 use crate::metrics as metric;
 use crate::trace_context;
 
-/// The route `path` took, as a template (`/v1/stream/{path}`): what a span may say of it.
-fn route_of(prefix: &StreamPrefix, path: &str) -> String {
-    if prefix.stream_in(path).is_some() {
-        format!("{prefix}/{{path}}")
-    } else if path.starts_with("/v1/stop/") {
-        "/v1/stop/{path}".into()
-    } else if path == "/console" || path.starts_with("/console/") {
-        "/console".into()
-    } else if matches!(path, "/healthz" | "/readyz") {
-        path.into()
-    } else {
-        "_OTHER".into()
+/// What the middleware knows of the face: where its streams are, and the template of their
+/// route. Shared: the middleware's state is cloned for every request.
+pub(super) struct Observed {
+    prefix: StreamPrefix,
+    stream_route: String,
+}
+
+impl Observed {
+    pub(super) fn of(prefix: &StreamPrefix) -> std::sync::Arc<Observed> {
+        std::sync::Arc::new(Observed {
+            prefix: prefix.clone(),
+            stream_route: format!("{prefix}/{{path}}"),
+        })
+    }
+
+    /// The route `path` took, as a template (`/v1/stream/{path}`): what a span may say of it.
+    fn route_of<'a>(&'a self, path: &'a str) -> &'a str {
+        if self.prefix.stream_in(path).is_some() {
+            &self.stream_route
+        } else if path.starts_with("/v1/stop/") {
+            "/v1/stop/{path}"
+        } else if path == "/console" || path.starts_with("/console/") {
+            "/console"
+        } else if matches!(path, "/healthz" | "/readyz") {
+            path
+        } else {
+            "_OTHER"
+        }
     }
 }
 
 /// Logs and counts `request` and its response; a reader's response body is followed to its end.
 pub(super) async fn observe(
-    State(prefix): State<StreamPrefix>,
+    State(observed): State<std::sync::Arc<Observed>>,
     request: Request,
     next: Next,
 ) -> Response {
     let started = Instant::now();
     let method = method_label(request.method());
-    let path = request.uri().path().to_string();
+    // The target shares the request's bytes: no copy of the path for every request.
+    let uri = request.uri().clone();
+    let path = uri.path();
     let reader = Reader::of(&request);
     // A long-poll is open while its handler waits, before there is a response.
     let open = reader.map(OpenReader::new);
-    let route = route_of(&prefix, &path);
+    let route = observed.route_of(path);
     let span = tracing::info_span!(
         target: trace_context::SPAN_TARGET,
         "http request",
@@ -73,13 +91,14 @@ pub(super) async fn observe(
     metrics::counter!(metric::HTTP_REQUESTS, "method" => method, "code" => code).increment(1);
     metrics::histogram!(metric::HTTP_REQUEST_SECONDS, "method" => method)
         .record(elapsed.as_secs_f64());
-    let stream = prefix
-        .stream_in(&path)
+    let stream = observed
+        .prefix
+        .stream_in(path)
         .or_else(|| path.strip_prefix("/v1/stop/"));
     tracing::info!(
         method,
         stream,
-        path = stream.is_none().then_some(path.as_str()),
+        path = stream.is_none().then_some(path),
         status = status.as_u16(),
         duration_ms = millis(elapsed),
         "HTTP request"
