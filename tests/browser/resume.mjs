@@ -3,7 +3,7 @@
 // three readers at once (as three tabs of the app would), prints "connected" once each has its
 // first control event, then prints what each received, every control event as the browser
 // parsed it (its id and its data), and the `Stream-Next-Offset` a cross-origin fetch of the
-// stream could read, as JSON, once the stream has closed.
+// stream could read, plainly and after a preflight, as JSON, once the stream has closed.
 import { createServer } from "node:http"
 import { chromium } from "playwright-core"
 
@@ -29,6 +29,9 @@ const page = `<!doctype html>
   // A catch-up read by fetch, as the protocol's client makes it: the page can read the
   // offset header only if the server exposes it to this origin.
   window.readOffset = async () => (await fetch(${JSON.stringify(`${streamUrl}?offset=-1`)})).headers.get("stream-next-offset")
+  // The same read with a header that is not a simple one (an app revalidating its copy): the
+  // browser asks first (a preflight), and sends it only if the server allows that header.
+  window.readOffsetPreflighted = async () => (await fetch(${JSON.stringify(`${streamUrl}?offset=-1`)}, { headers: { "if-none-match": '"an-older-copy"' } })).headers.get("stream-next-offset")
 </script>`
 
 // The page comes from another origin than the stream, as an app's page would: CORS applies.
@@ -46,7 +49,8 @@ try {
   await tab.waitForFunction(() => window.readers.every((r) => r.done), null, { timeout: 20000 })
   const readers = await tab.evaluate(() => window.readers)
   const nextOffset = await tab.evaluate(() => window.readOffset())
-  console.log(JSON.stringify({ readers, nextOffset }))
+  const preflightedOffset = await tab.evaluate(() => window.readOffsetPreflighted())
+  console.log(JSON.stringify({ readers, nextOffset, preflightedOffset }))
 } finally {
   await browser.close()
   server.close()

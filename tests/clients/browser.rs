@@ -80,6 +80,8 @@ async fn chromium_resumes_a_live_recording_with_event_source_and_gets_the_rest_o
     // The CORS headers reached the page's fetch: the offset was exposed to its origin.
     let next_offset = result["nextOffset"].as_str().unwrap_or_default();
     assert!(!next_offset.is_empty(), "not exposed to the page: {result}");
+    // A request the browser preflights was allowed, and answered with the same.
+    assert_eq!(result["preflightedOffset"], next_offset, "{result}");
     let readers = result["readers"].as_array().expect("the page's readers");
     assert_eq!(readers.len(), 3, "{result}");
     for reader in readers {
