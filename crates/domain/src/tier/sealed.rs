@@ -148,11 +148,11 @@ pub fn verify(object: &[u8], header: &Header) -> Result<bool> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use crate::status::Status;
 
-    fn copy(texts: &[&str]) -> RecordingCopy {
+    pub(in crate::tier) fn copy(texts: &[&str]) -> RecordingCopy {
         let mut offset = 0;
         let chunks = texts
             .iter()
