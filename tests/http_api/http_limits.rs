@@ -321,6 +321,44 @@ async fn an_idle_http2_connection_is_closed_after_the_request_timeout() {
     server.stop().await;
 }
 
+#[tokio::test]
+async fn a_connection_busy_past_the_request_timeout_is_kept_and_closed_once_idle_that_long() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = Duration::from_millis(500);
+    let server = bounded(dir.path(), timeout, 100).await;
+    assert_eq!(create(&server, "busy", &[]).await.0, StatusCode::CREATED);
+    // A long-poll waits (up to 3 s) far longer than the request timeout: its connection is busy,
+    // not idle, all that time.
+    let mut stream = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
+    stream
+        .write_all(b"GET /v1/stream/busy?offset=now&live=long-poll HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut byte = [0u8; 1];
+    let early = tokio::time::timeout(3 * timeout, stream.read(&mut byte)).await;
+    assert!(
+        early.is_err(),
+        "the waiting long-poll was answered or closed within three request timeouts: {early:?}"
+    );
+    let appended = http()
+        .post(server.stream_url("busy"))
+        .header("content-type", "text/plain")
+        .body("late")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    let head = read_response(&mut stream)
+        .await
+        .expect("the long-poll was answered");
+    assert!(head.starts_with("http/1.1 200"), "{head}");
+    // Idle from then on: closed after the timeout.
+    let started = Instant::now();
+    assert_eq!(until_closed(&mut stream).await, "");
+    assert!(started.elapsed() >= timeout * 4 / 5, "closed too soon");
+    server.stop().await;
+}
+
 /// Whether a GET over `stream` is answered (a whole 404 response, body included).
 async fn answers(stream: &mut TcpStream) -> bool {
     // A refused connection may be closed before the request is written.

@@ -2,7 +2,7 @@
 //! 503 and closed), and no request may take longer than `--http-request-timeout` to arrive
 //! (its head here, its body in the handler), so that silent clients cannot pile up.
 use std::future::Future;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,7 @@ use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::io::AsyncWriteExt;
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 use tower_service::Service;
@@ -214,7 +214,7 @@ async fn serve_with_hyper(
     stop: CancellationToken,
     warnings: Arc<Warnings>,
 ) {
-    let activity = Arc::new(Activity::default());
+    let activity = Arc::new(Activity::new());
     let service = {
         let activity = activity.clone();
         hyper::service::service_fn(move |request: hyper::Request<Incoming>| {
@@ -235,22 +235,30 @@ async fn serve_with_hyper(
     };
     let connection = builder.serve_connection_with_upgrades(TokioIo::new(stream), service);
     tokio::pin!(connection);
-    let mut idle_since = Some(tokio::time::Instant::now());
+    // One timer for the connection's life, looked at only when it fires (see `Activity`).
+    let idle = tokio::time::sleep(timeout);
+    tokio::pin!(idle);
     let mut stopping = false;
     let result = loop {
-        let idle_until = idle_since.map(|since| since + timeout);
         tokio::select! {
             result = connection.as_mut() => break result,
-            () = activity.changed.notified() => {
-                idle_since = activity.is_idle().then(tokio::time::Instant::now);
-            }
-            () = sleep_until_some(idle_until), if !stopping => {
-                if !activity.served_any() {
-                    warnings.slow.bite(|n| slow_warning(timeout, n));
-                    return;
+            () = idle.as_mut(), if !stopping => {
+                let now = tokio::time::Instant::now();
+                match activity.idle_for(now) {
+                    // Busy: looked at again a timeout later.
+                    None => idle.as_mut().reset(now + timeout),
+                    Some(idle_for) if idle_for < timeout => {
+                        idle.as_mut().reset(now + (timeout - idle_for))
+                    }
+                    Some(_) if !activity.served_any() => {
+                        warnings.slow.bite(|n| slow_warning(timeout, n));
+                        return;
+                    }
+                    Some(_) => {
+                        stopping = true;
+                        connection.as_mut().graceful_shutdown();
+                    }
                 }
-                stopping = true;
-                connection.as_mut().graceful_shutdown();
             }
             () = stop.cancelled(), if !stopping => {
                 stopping = true;
@@ -265,33 +273,45 @@ async fn serve_with_hyper(
     }
 }
 
-/// Sleeps until `deadline`, or for ever without one.
-async fn sleep_until_some(deadline: Option<tokio::time::Instant>) {
-    match deadline {
-        Some(deadline) => tokio::time::sleep_until(deadline).await,
-        None => std::future::pending().await,
-    }
-}
-
-/// What one connection is doing: requests under way (until their responses' bodies are done).
-#[derive(Default)]
+/// What one connection is doing: requests under way (until their responses' bodies are
+/// done), and since when it has had none.
+///
+/// Nothing is woken when a request begins or ends: a request pays two atomic counts and a
+/// clock read, and the connection's one idle timer, when it fires, works out from here whether
+/// the connection has been idle for the whole timeout.
 struct Activity {
     under_way: AtomicUsize,
     served: AtomicBool,
-    /// Notified when a request begins and when the last one under way ends.
-    changed: Notify,
+    /// The connection's start, which `idle_since` counts from.
+    born: tokio::time::Instant,
+    /// When the last request under way ended (the connection's start before any), in
+    /// nanoseconds since `born`.
+    idle_since: AtomicU64,
 }
 
 impl Activity {
+    fn new() -> Self {
+        Self {
+            under_way: AtomicUsize::new(0),
+            served: AtomicBool::new(false),
+            born: tokio::time::Instant::now(),
+            idle_since: AtomicU64::new(0),
+        }
+    }
+
     fn begin(self: &Arc<Self>) -> Active {
         self.served.store(true, Ordering::Relaxed);
         self.under_way.fetch_add(1, Ordering::AcqRel);
-        self.changed.notify_one();
         Active(self.clone())
     }
 
-    fn is_idle(&self) -> bool {
-        self.under_way.load(Ordering::Acquire) == 0
+    /// How long the connection has been idle at `now`; `None` while a request is under way.
+    fn idle_for(&self, now: tokio::time::Instant) -> Option<Duration> {
+        if self.under_way.load(Ordering::Acquire) > 0 {
+            return None;
+        }
+        let since = Duration::from_nanos(self.idle_since.load(Ordering::Acquire));
+        Some(now.saturating_duration_since(self.born + since))
     }
 
     fn served_any(&self) -> bool {
@@ -304,9 +324,13 @@ struct Active(Arc<Activity>);
 
 impl Drop for Active {
     fn drop(&mut self) {
-        if self.0.under_way.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.changed.notify_one();
-        }
+        let activity = &self.0;
+        // Noted before the count falls, so that an idle connection's time is never stale.
+        let since = tokio::time::Instant::now().saturating_duration_since(activity.born);
+        activity
+            .idle_since
+            .fetch_max(since.as_nanos() as u64, Ordering::AcqRel);
+        activity.under_way.fetch_sub(1, Ordering::AcqRel);
     }
 }
 
