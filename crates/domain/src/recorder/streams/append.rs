@@ -133,21 +133,43 @@ impl Streams {
         ask: AppendAsk,
     ) -> Result<Appended, AppendRefused> {
         self.refuse_if_stopping()?;
+        // Most appends are to an open stream this run holds: they take its lock once, where
+        // `find` and then the append would take it twice (a stream's writers queue on it).
+        if let Some(handle) = self.open_here(id) {
+            let mut state = handle.state.lock().await;
+            state.refresh();
+            let now_ms = self.now_ms();
+            let current = !state.closed && !state.gone && !state.row.soft_deleted;
+            if current && !state.expired(now_ms) {
+                return self.append_locked(state, ask, now_ms).await;
+            }
+        }
         let handle = match self.find(id).await? {
             StreamAt::Stream(handle) => handle,
             StreamAt::Recording => return Err(AppendRefused::ReadOnly),
             StreamAt::SoftDeleted => return Err(AppendRefused::Gone),
             StreamAt::Missing => return Err(AppendRefused::Missing),
         };
-        if ask.body.is_empty() && !ask.closing {
-            return Err(AppendRefused::Empty);
-        }
         let mut state = handle.state.lock().await;
         state.refresh();
         if state.gone {
             return Err(AppendRefused::Missing);
         }
-        state.touch(self.now_ms());
+        self.append_locked(state, ask, self.now_ms()).await
+    }
+
+    /// The append `ask`, to the stream whose lock is `state` (refreshed, not gone), at
+    /// `now_ms`.
+    async fn append_locked(
+        &self,
+        mut state: tokio::sync::MutexGuard<'_, State>,
+        ask: AppendAsk,
+        now_ms: u64,
+    ) -> Result<Appended, AppendRefused> {
+        if ask.body.is_empty() && !ask.closing {
+            return Err(AppendRefused::Empty);
+        }
+        state.touch(now_ms);
         if state.closed {
             return closed_outcome(&state, &ask);
         }

@@ -49,6 +49,12 @@ impl Streams {
         self.load(id).await
     }
 
+    /// The handle of stream `id` when this run holds it and writes here (see `find`), without
+    /// a look at its state.
+    pub(super) fn open_here(&self, id: &ConversationId) -> Option<Arc<Handle>> {
+        self.writes_here().then(|| self.get(id.key())).flatten()
+    }
+
     /// Whether recording `generation` of `id` is still the one stored.
     async fn still_stored(&self, id: &ConversationId, generation: u64) -> Result<bool> {
         let store = self.recorder.deck().store();
