@@ -42,6 +42,8 @@ pub mod sealer;
 mod settings;
 #[cfg(test)]
 mod store_under_the_recorder;
+#[cfg(test)]
+mod stream_appends;
 pub mod streams;
 pub mod sweeper;
 mod tape;

@@ -11,9 +11,14 @@ use crate::store::{Store, StoreOptions};
 /// A recorder with `limits` over a fresh store, its clock fixed; the directory goes with the
 /// `TempDir`.
 pub(crate) fn fresh_recorder(limits: Limits) -> (TempDir, Recorder) {
+    recorder_on_clock(limits, Arc::new(ManualClock::new(1_700_000_000_000)))
+}
+
+/// As [`fresh_recorder`], on `clock`, which the test moves.
+pub(crate) fn recorder_on_clock(limits: Limits, clock: Arc<ManualClock>) -> (TempDir, Recorder) {
     let dir = tempfile::tempdir().unwrap();
     let options = StoreOptions {
-        clock: Arc::new(ManualClock::new(1_700_000_000_000)),
+        clock,
         ..StoreOptions::default()
     };
     let store = Store::open(&dir.path().join("tapedeck.redb"), options).unwrap();
