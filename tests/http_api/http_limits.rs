@@ -1,7 +1,8 @@
 //! The HTTP face holds to the same rules as gRPC and bounds what a client can hold, on real
 //! sockets: `Stream-TTL` / `Stream-Expires-At` within `--max-retention`, writes refused once
 //! shutdown has begun, a CORS preflight that allows `Authorization`, requests whose head or
-//! body never comes cut after `--http-request-timeout`, and connections past
+//! body never comes cut after `--http-request-timeout` (and a connection busy for longer kept
+//! until it has been idle that long), and connections past
 //! `--http-max-connections` refused while the earlier ones keep working.
 use crate::common;
 
