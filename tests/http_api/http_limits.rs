@@ -2,7 +2,7 @@
 //! sockets: `Stream-TTL` / `Stream-Expires-At` within `--max-retention`, writes refused once
 //! shutdown has begun, a CORS preflight that allows `Authorization`, requests whose head or
 //! body never comes cut after `--http-request-timeout` (and a connection busy for longer kept
-//! until it has been idle that long), and connections past
+//! until it has been idle that long, over HTTP/1.1 and HTTP/2), and connections past
 //! `--http-max-connections` refused while the earlier ones keep working.
 use crate::common;
 
@@ -357,6 +357,49 @@ async fn a_connection_busy_past_the_request_timeout_is_kept_and_closed_once_idle
     let started = Instant::now();
     assert_eq!(until_closed(&mut stream).await, "");
     assert!(started.elapsed() >= timeout * 4 / 5, "closed too soon");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_http2_connection_busy_with_a_live_read_past_the_request_timeout_takes_more_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    let timeout = Duration::from_millis(500);
+    let server = bounded(dir.path(), timeout, 100).await;
+    assert_eq!(create(&server, "h2-busy", &[]).await.0, StatusCode::CREATED);
+    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (mut sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    let connection = tokio::spawn(connection);
+    let get = |path: &str| {
+        http::Request::get(path)
+            .body(http_body_util::Empty::<bytes::Bytes>::new())
+            .unwrap()
+    };
+    // An SSE read over HTTP/2 goes through hyper, and keeps its connection busy while it lasts.
+    let live = sender
+        .send_request(get("/v1/stream/h2-busy?offset=-1&live=sse"))
+        .await
+        .unwrap();
+    assert_eq!(live.status(), StatusCode::OK);
+    let mut body = live.into_body();
+    let first = http_body_util::BodyExt::frame(&mut body).await;
+    assert!(matches!(first, Some(Ok(_))), "no first event: {first:?}");
+    let quiet = tokio::time::timeout(3 * timeout, http_body_util::BodyExt::frame(&mut body)).await;
+    assert!(quiet.is_err(), "the live read ended: {quiet:?}");
+    // Busy all along, not idle: the connection was not told to go away, and takes another.
+    sender.ready().await.expect("the connection was closed");
+    let answer = sender
+        .send_request(get("/v1/stream/none"))
+        .await
+        .expect("a request on the busy connection was refused");
+    assert_eq!(answer.status(), StatusCode::NOT_FOUND);
+    drop((answer, body));
+    // Idle once the live read is gone: closed after the timeout.
+    let closed = tokio::time::timeout(WAIT, connection).await;
+    assert!(closed.is_ok(), "the idle HTTP/2 connection was kept open");
     server.stop().await;
 }
 
