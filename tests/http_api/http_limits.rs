@@ -302,18 +302,8 @@ async fn a_request_whose_head_never_ends_is_closed_after_the_request_timeout() {
 async fn an_idle_http2_connection_is_closed_after_the_request_timeout() {
     let dir = tempfile::tempdir().unwrap();
     let server = bounded(dir.path(), Duration::from_millis(500), 100).await;
-    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
-    // HTTP/2 with prior knowledge (h2c), as a proxy or a gRPC-style client speaks it.
-    let io = hyper_util::rt::TokioIo::new(tcp);
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .unwrap();
-    let connection = tokio::spawn(connection);
-    let request = http::Request::get("/v1/stream/none")
-        .body(http_body_util::Empty::<bytes::Bytes>::new())
-        .unwrap();
-    let answer = sender.send_request(request).await.unwrap();
+    let (mut sender, connection) = h2c(&server).await;
+    let answer = sender.send_request(get("/v1/stream/none")).await.unwrap();
     assert_eq!(answer.status(), StatusCode::NOT_FOUND);
     drop(answer);
     // Nothing more is asked: the server closes the connection (GOAWAY), which ends it here.
@@ -366,18 +356,7 @@ async fn an_http2_connection_busy_with_a_live_read_past_the_request_timeout_take
     let timeout = Duration::from_millis(500);
     let server = bounded(dir.path(), timeout, 100).await;
     assert_eq!(create(&server, "h2-busy", &[]).await.0, StatusCode::CREATED);
-    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
-    let io = hyper_util::rt::TokioIo::new(tcp);
-    let (mut sender, connection) =
-        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
-            .await
-            .unwrap();
-    let connection = tokio::spawn(connection);
-    let get = |path: &str| {
-        http::Request::get(path)
-            .body(http_body_util::Empty::<bytes::Bytes>::new())
-            .unwrap()
-    };
+    let (mut sender, connection) = h2c(&server).await;
     // An SSE read over HTTP/2 goes through hyper, and keeps its connection busy while it lasts.
     let live = sender
         .send_request(get("/v1/stream/h2-busy?offset=-1&live=sse"))
@@ -401,6 +380,31 @@ async fn an_http2_connection_busy_with_a_live_read_past_the_request_timeout_take
     let closed = tokio::time::timeout(WAIT, connection).await;
     assert!(closed.is_ok(), "the idle HTTP/2 connection was kept open");
     server.stop().await;
+}
+
+/// An HTTP/2 connection to `server`'s HTTP face with prior knowledge (h2c), as a proxy or a
+/// gRPC-style client speaks it: its sender, and the task driving it (it ends when the server
+/// closes the connection).
+async fn h2c(
+    server: &TestServer,
+) -> (
+    hyper::client::conn::http2::SendRequest<http_body_util::Empty<bytes::Bytes>>,
+    tokio::task::JoinHandle<hyper::Result<()>>,
+) {
+    let tcp = TcpStream::connect(server.http_addr.unwrap()).await.unwrap();
+    let io = hyper_util::rt::TokioIo::new(tcp);
+    let (sender, connection) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), io)
+            .await
+            .unwrap();
+    (sender, tokio::spawn(connection))
+}
+
+/// A GET of `path`, with no body.
+fn get(path: &str) -> http::Request<http_body_util::Empty<bytes::Bytes>> {
+    http::Request::get(path)
+        .body(http_body_util::Empty::<bytes::Bytes>::new())
+        .unwrap()
 }
 
 /// Whether a GET over `stream` is answered (a whole 404 response, body included).
