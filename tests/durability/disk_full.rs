@@ -28,6 +28,8 @@ const KEPT: usize = 4;
 const KEPT_TOKENS: usize = 48;
 const RETENTION: Duration = Duration::from_secs(600);
 const CHUNK: usize = 64 * 1024;
+/// The space the server sets aside next to its database.
+const RESERVE_BYTES: u64 = 4 * 1024 * 1024;
 const FLOOD_CURRENT: usize = 3;
 const FLOOD_LEGACY: usize = 2;
 /// Most one flood producer sends: together they send far more than the disk holds, each
@@ -60,6 +62,11 @@ fn filler_path(disk: &Tmpfs) -> std::path::PathBuf {
 
 fn last_filler_path(disk: &Tmpfs) -> std::path::PathBuf {
     disk.path.join("filler-last")
+}
+
+/// The size of the space the server sets aside for a full disk (0 with none).
+fn reserve_bytes(disk: &Tmpfs) -> u64 {
+    std::fs::metadata(disk.path.join("data/tapedeck.reserve")).map_or(0, |m| m.len())
 }
 
 /// Takes whatever room is left, so that the disk stays full until the test frees space (the
@@ -154,6 +161,9 @@ async fn fill_up() -> FullDisk {
         flood.push(flooded.unwrap());
     }
     take_the_rest(&disk);
+    // The server gave back half its reserve when the disk filled, and keeps the rest for
+    // collecting: this test took every other byte.
+    assert_eq!(reserve_bytes(&disk), RESERVE_BYTES / 2);
     FullDisk {
         disk,
         clock,
@@ -447,5 +457,7 @@ async fn a_full_disk_recovers_when_the_sweeper_collects_expired_recordings() {
     .await
     .expect("expired recordings were not collected");
     full.record_once_there_is_room(b"after-sweep").await;
+    // The reserve went to the commits that collected, and is whole again.
+    assert_eq!(reserve_bytes(&full.disk), RESERVE_BYTES);
     full.server.stop().await;
 }

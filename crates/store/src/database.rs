@@ -134,7 +134,7 @@ impl DbHandle {
         }
         // Left unusable by an I/O error after the last recovery (recording the failures of a
         // failed commit, say), or not reopened yet: reopen, and try once more.
-        self.reopen(false)?;
+        self.reopen()?;
         match self.db.read().unwrap_or_else(|e| e.into_inner()).as_ref() {
             Some(db) => db.begin_write().map_err(Error::storage),
             None => Err(unavailable()),

@@ -2,7 +2,10 @@
 //! every further operation until the file is opened again, so the commit pipeline reopens it
 //! (rolling it forward through the log); and a reserve file keeps room to end recordings and
 //! collect old ones once the disk is full, while recordings that would grow the file are
-//! refused.
+//! refused. The reserve is given back in two halves: the first when the disk fills (to end
+//! recordings and roll the log forward), the rest to the first commit that deletes chunks
+//! while it is full, so that collecting never depends on free pages inside the file: whatever
+//! fills the disk may well take the first half at once.
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -14,6 +17,8 @@ use crate::error::{Error, Result};
 
 /// Disk space set aside next to the database, given back when the disk fills up.
 const RESERVE_BYTES: usize = 4 * 1024 * 1024;
+/// What is left of the reserve once the disk has filled: room for a commit that deletes.
+const COLLECTING_RESERVE_BYTES: u64 = RESERVE_BYTES as u64 / 2;
 /// How often, at most, a full store checks whether the disk has room again.
 const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 
@@ -24,26 +29,61 @@ pub(super) struct Full {
 }
 
 impl DbHandle {
-    /// Called after a commit failed with `err`: on a full disk the reserve is given back and
-    /// the store refuses to grow until there is room again; after an I/O error that left redb
-    /// refusing to go on, the file is reopened (at its last checkpoint, rolled forward through
-    /// the log).
+    /// Called after a commit failed with `err`: on a full disk half the reserve is given back
+    /// (all of it if the disk was full already: a commit that grows nothing failed for room)
+    /// and the store refuses to grow until there is room again; after an I/O error that left
+    /// redb refusing to go on, the file is reopened (at its last checkpoint, rolled forward
+    /// through the log).
     pub(crate) fn recover(&self, err: &Error) {
         let disk_full = matches!(err.root(), Error::DiskFull { .. });
         if disk_full {
             let mut full = self.lock_full();
-            if full.since.is_none() {
+            let keep = if full.since.is_none() {
                 tracing::error!(
                     "the disk is full; new recordings are refused until space is freed"
                 );
                 full.since = Some(Instant::now());
-            }
+                COLLECTING_RESERVE_BYTES
+            } else {
+                0
+            };
+            drop(full);
+            // Before reopening: rolling forward, and the commits that follow, need the room.
+            self.give_back_reserve(keep);
         }
         if !disk_full && !matches!(err.root(), Error::Storage(_)) {
             return;
         }
-        if let Err(err) = self.reopen(disk_full) {
+        if let Err(err) = self.reopen() {
             tracing::error!(error = %err, "could not reopen the database; retrying with the next commit");
+        }
+    }
+
+    /// Called before committing a transaction that deletes chunks: while the disk is full, the
+    /// rest of the reserve is given back for it (deleting rewrites pages too).
+    pub(crate) fn room_to_delete(&self) {
+        if self.lock_full().since.is_some() {
+            self.give_back_reserve(0);
+        }
+    }
+
+    /// Shortens the reserve file to `keep` bytes, or removes it at 0.
+    fn give_back_reserve(&self, keep: u64) {
+        let files = &*self.files;
+        let given = if keep == 0 {
+            files.remove(&self.reserve)
+        } else {
+            files.open(&self.reserve, OpenMode::Write).and_then(|file| {
+                if file.len()? > keep {
+                    file.set_len(keep)?;
+                }
+                Ok(())
+            })
+        };
+        match given {
+            Ok(()) => {}
+            Err(err) if err.kind() == std::io::ErrorKind::NotFound => {}
+            Err(err) => tracing::warn!(error = %err, "could not give back the disk reserve"),
         }
     }
 
@@ -105,15 +145,8 @@ impl DbHandle {
     }
 
     /// Closes and reopens the file if redb refuses to go on (rolling its last checkpoint
-    /// forward through the log); with `release_reserve`, the reserve is deleted first so that
-    /// rolling forward and the commits that follow have room.
-    pub(super) fn reopen(&self, release_reserve: bool) -> Result<()> {
-        if release_reserve
-            && let Err(err) = self.files.remove(&self.reserve)
-            && err.kind() != std::io::ErrorKind::NotFound
-        {
-            tracing::warn!(error = %err, "could not release the disk reserve");
-        }
+    /// forward through the log).
+    pub(super) fn reopen(&self) -> Result<()> {
         let mut db = self.db.write().unwrap_or_else(|e| e.into_inner());
         // A failed write to the log leaves redb as it was (its transaction was dropped): it
         // stays open, with the commits it holds since its checkpoint, which a reopen would

@@ -225,6 +225,9 @@ impl Writer {
             t.fold_due()?;
             t.finish(&self.db)?
         };
+        if after.has_deleted_chunks() {
+            self.db.room_to_delete();
+        }
         let started = std::time::Instant::now();
         let committed = self.db.commit(txn, &redo, checkpoint);
         metrics::histogram!(metric::COMMIT_FSYNC_SECONDS).record(started.elapsed().as_secs_f64());

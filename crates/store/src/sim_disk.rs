@@ -9,7 +9,9 @@
 //! Faults, each drawn from the disk's seeded generator: a sync may fail with EIO (what it was
 //! to make durable then never is, as Linux drops the dirty pages of a failed `fsync`), a write
 //! may fail with ENOSPC (writing nothing). The disk can also cut its own power at its n-th
-//! change, landing the cut between any two of the store's writes and syncs.
+//! change, landing the cut between any two of the store's writes and syncs. A disk of a given
+//! capacity refuses, with ENOSPC, a write to blocks it has no room left for; as on Linux, a
+//! file grown by a resize alone is sparse, and takes no room until written.
 //!
 //! A disk told to skip a kind of sync answers it without making anything durable: the same, to
 //! the store, as that sync missing from its code. Tests use it to show the power-cut checks
@@ -28,6 +30,8 @@ use crate::files::{FileHandle, Files, OpenMode};
 
 /// A sector: a write torn by a power cut keeps a whole number of them.
 const SECTOR: u64 = 512;
+/// A block: the unit of room a write takes on a disk of limited capacity.
+const BLOCK: u64 = 4096;
 
 /// The syncs a lying disk skips.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,6 +60,8 @@ pub struct Faults {
     /// Cuts the power at this change (a write, resize, sync, rename or removal), counted from
     /// one; the image is then [`SimDisk::after_cut`].
     pub cut_at_change: Option<u64>,
+    /// The bytes the disk holds: the blocks written to its named files take them.
+    pub capacity: Option<u64>,
 }
 
 /// A change to a file not yet made durable.
@@ -73,6 +79,46 @@ struct Inode {
     current: Vec<u8>,
     /// The changes since the last sync, oldest first.
     pending: Vec<Change>,
+    /// Which blocks hold written bytes (the others are a hole), and how many do.
+    blocks: Vec<bool>,
+    written_blocks: u64,
+}
+
+impl Inode {
+    /// The blocks a write of `len` bytes at `offset` takes that the file has no room in yet.
+    fn new_blocks(&self, offset: u64, len: u64) -> u64 {
+        let written = |block: u64| self.blocks.get(block as usize).is_some_and(|b| *b);
+        blocks_of(offset, len).filter(|b| !written(*b)).count() as u64
+    }
+
+    /// Counts the blocks of a write as written.
+    fn take_blocks(&mut self, offset: u64, len: u64) {
+        for block in blocks_of(offset, len) {
+            if self.blocks.len() <= block as usize {
+                self.blocks.resize(block as usize + 1, false);
+            }
+            if !std::mem::replace(&mut self.blocks[block as usize], true) {
+                self.written_blocks += 1;
+            }
+        }
+    }
+
+    /// Gives back the blocks past `len`.
+    fn cut_blocks(&mut self, len: u64) {
+        let keep = len.div_ceil(BLOCK) as usize;
+        if keep < self.blocks.len() {
+            self.blocks.truncate(keep);
+            self.written_blocks = self.blocks.iter().filter(|b| **b).count() as u64;
+        }
+    }
+}
+
+/// The blocks `len` bytes at `offset` fall in.
+fn blocks_of(offset: u64, len: u64) -> std::ops::Range<u64> {
+    if len == 0 {
+        return 0..0;
+    }
+    offset / BLOCK..(offset + len - 1) / BLOCK + 1
 }
 
 #[derive(Debug)]
@@ -176,7 +222,7 @@ impl Disk {
                 slot.insert(Inode {
                     durable: kept.clone(),
                     current: kept,
-                    pending: Vec::new(),
+                    ..Inode::default()
                 });
             }
             names.insert(path, inode);
@@ -250,6 +296,31 @@ impl Disk {
         } else {
             Ok(())
         }
+    }
+
+    /// The bytes the named files' written blocks take.
+    fn used(&self) -> u64 {
+        let mut named: Vec<u64> = self.names.values().copied().collect();
+        named.sort_unstable();
+        named.dedup();
+        let blocks = |inode: &u64| self.inodes.get(inode).map_or(0, |i| i.written_blocks);
+        named.iter().map(blocks).sum::<u64>() * BLOCK
+    }
+
+    /// Fails with ENOSPC if a disk of limited capacity has no room for the blocks a write of
+    /// `len` bytes at `offset` to `inode` would take.
+    fn room_for(&mut self, inode: u64, offset: u64, len: u64) -> io::Result<()> {
+        let Some(capacity) = self.faults.capacity else {
+            return Ok(());
+        };
+        let new_blocks = self.inode(inode)?.new_blocks(offset, len);
+        if self.used() + new_blocks * BLOCK > capacity {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "no space left on the simulated disk",
+            ));
+        }
+        Ok(())
     }
 
     fn inode(&mut self, inode: u64) -> io::Result<&mut Inode> {
@@ -368,7 +439,9 @@ impl SimFile {
                 ));
             }
         }
+        disk.room_for(self.inode, offset, data.len() as u64)?;
         let file = disk.inode(self.inode)?;
+        file.take_blocks(offset, data.len() as u64);
         let change = Change::Write {
             offset,
             data: data.to_vec(),
@@ -382,6 +455,7 @@ impl SimFile {
         let mut disk = self.disk.lock();
         disk.change()?;
         let file = disk.inode(self.inode)?;
+        file.cut_blocks(len);
         let change = Change::SetLen(len);
         apply(&mut file.current, &change);
         file.pending.push(change);
@@ -524,8 +598,12 @@ impl Files for SimDisk {
     }
 
     fn available(&self, _dir: &Path) -> io::Result<u64> {
-        self.lock().alive()?;
-        Ok(u64::MAX / 2)
+        let disk = self.lock();
+        disk.alive()?;
+        Ok(match disk.faults.capacity {
+            Some(capacity) => capacity.saturating_sub(disk.used()),
+            None => u64::MAX / 2,
+        })
     }
 
     /// Directories are implicit on the simulated disk: a file's name is its whole path.

@@ -69,6 +69,7 @@ pub(crate) enum Step {
 pub(crate) struct AfterCommit {
     steps: Vec<Step>,
     collected: bool,
+    deletes_chunks: bool,
 }
 
 impl AfterCommit {
@@ -77,6 +78,7 @@ impl AfterCommit {
         Self {
             steps: Vec::with_capacity(ops),
             collected: false,
+            deletes_chunks: false,
         }
     }
 
@@ -121,6 +123,16 @@ impl AfterCommit {
     /// Whether [`collected`](Self::collected) was called.
     pub(crate) fn has_collected(&self) -> bool {
         self.collected
+    }
+
+    /// The commit deletes chunks: on a full disk, it is given the rest of the reserve.
+    pub(crate) fn deletes_chunks(&mut self) {
+        self.deletes_chunks = true;
+    }
+
+    /// Whether [`deletes_chunks`](Self::deletes_chunks) was called.
+    pub(crate) fn has_deleted_chunks(&self) -> bool {
+        self.deletes_chunks
     }
 
     /// How many callers wait on the commit.

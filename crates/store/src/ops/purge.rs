@@ -17,7 +17,12 @@ pub(super) fn apply(
     let purged = match t.meta(key) {
         Ok(Some(meta)) if meta.status == Status::Deleted => t
             .purge(key, max_chunks, cx.settings.tombstone_ms)
-            .map(|(_, gone)| gone),
+            .map(|(deleted, gone)| {
+                if deleted > 0 {
+                    cx.after.deletes_chunks();
+                }
+                gone
+            }),
         Ok(_) => Ok(true),
         Err(err) => Err(err),
     };

@@ -26,6 +26,9 @@ pub(super) fn apply(
     let tombstone_ms = cx.settings.tombstone_ms;
     match cx.tables.sweep_expired(max_chunks, tombstone_ms) {
         Ok(report) => {
+            if report.chunks_deleted > 0 {
+                cx.after.deletes_chunks();
+            }
             if !report.more && report.chunks_deleted > 0 {
                 // The last of the expired data: a full disk may have room again.
                 cx.after.collected();

@@ -5,6 +5,7 @@
 //! by `watched_files`).
 
 mod files;
+mod full_disk;
 mod group_commit;
 mod journal;
 mod lifecycle;

@@ -117,6 +117,7 @@ async fn one_cut(seed: u64, disk_faults: DiskFaults) -> Found {
         sync_eio: if failing { 0.02 } else { 0.0 },
         write_enospc: if failing { 0.01 } else { 0.0 },
         cut_at_change: while_opening.then(|| rng.random_range(1..=CHANGES_TO_OPEN)),
+        capacity: None,
     };
     let disk = SimDisk::new(seed, faults);
     let clock = ManualClock::new(super::T0);
