@@ -11,7 +11,11 @@
 //! - writers that wait for each acknowledgement before sending again (a closed loop) are all
 //!   back before long, and their commit then starts at once: nobody else is coming;
 //! - after a commit of a single op nothing waits: a lone producer has nothing to batch with.
+use std::sync::Arc;
+use std::task::{Context, Poll, Wake, Waker};
 use std::time::{Duration, Instant};
+
+use tokio::sync::mpsc;
 
 /// When the writer may start its next commit.
 pub(crate) struct Pacing {
@@ -80,6 +84,39 @@ impl Pacing {
     }
 }
 
+/// The next message on `queue`, waited for on this thread until `until` at the latest:
+/// `None` once it is, `Some(None)` once every sender is gone. The wait ends within a few
+/// microseconds of `until`, where one on tokio's timer would end at its next millisecond: a
+/// commit takes a fraction of one, and so does the pacing's wait.
+pub(crate) fn recv_until<T>(queue: &mut mpsc::Receiver<T>, until: Instant) -> Option<Option<T>> {
+    let waker = Waker::from(Arc::new(Unparks(std::thread::current())));
+    let mut cx = Context::from_waker(&waker);
+    loop {
+        if let Poll::Ready(message) = queue.poll_recv(&mut cx) {
+            return Some(message);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        // Returns when a sender wakes the queue's waker, at `until`, or spuriously.
+        std::thread::park_timeout(left);
+    }
+}
+
+/// A waker that unparks a thread.
+struct Unparks(std::thread::Thread);
+
+impl Wake for Unparks {
+    fn wake(self: Arc<Self>) {
+        self.0.unpark();
+    }
+
+    fn wake_by_ref(self: &Arc<Self>) {
+        self.0.unpark();
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -114,6 +151,37 @@ mod tests {
         pacing.started(2, t0);
         pacing.finished(t0 + 3 * MS);
         assert_eq!(pacing.wait().unwrap().until, t0 + 4 * MS);
+    }
+
+    #[test]
+    fn a_wait_for_the_queue_ends_with_a_message_with_its_senders_or_at_its_deadline() {
+        let (tx, mut rx) = mpsc::channel(4);
+        let far = Instant::now() + Duration::from_secs(60);
+        tx.try_send(1).unwrap();
+        assert_eq!(
+            recv_until(&mut rx, far),
+            Some(Some(1)),
+            "one queued comes at once"
+        );
+
+        let sender = std::thread::spawn({
+            let tx = tx.clone();
+            move || tx.blocking_send(2).unwrap()
+        });
+        assert_eq!(
+            recv_until(&mut rx, far),
+            Some(Some(2)),
+            "one sent while waiting"
+        );
+        assert!(Instant::now() < far, "as soon as it was sent");
+        sender.join().unwrap();
+
+        let until = Instant::now() + 2 * MS;
+        assert_eq!(recv_until(&mut rx, until), None, "nothing by the deadline");
+        assert!(Instant::now() >= until, "not before it");
+
+        drop(tx);
+        assert_eq!(recv_until(&mut rx, far), Some(None), "every sender gone");
     }
 
     #[test]

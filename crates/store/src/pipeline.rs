@@ -9,7 +9,7 @@ use tokio::sync::mpsc;
 use super::database::DbHandle;
 use super::journal::{JournalDelta, JournalIndex};
 use super::ops::{AfterCommit, Applying, Op, Queued};
-use super::pacing::Pacing;
+use super::pacing::{Pacing, recv_until};
 use super::tables::Tables;
 use super::wal::Redo;
 use crate::clock::Clock;
@@ -66,29 +66,20 @@ impl Writer {
         };
         let mut batch = Batch::new(limit);
         let mut pacing = Pacing::new(self.settings.commit_interval);
-        // Only to wait for the queue with a deadline; the writer's work stays on this thread.
-        // Without one (the process is out of file descriptors), commits are not paced.
-        let timer = tokio::runtime::Builder::new_current_thread()
-            .enable_time()
-            .build()
-            .inspect_err(|err| tracing::warn!(error = %err, "commits are not paced: no timer for the commit pipeline"))
-            .ok();
         while let Some(op) = self.next_op(&mut ops) {
             // Group commit: whatever queued up during the previous commit goes in this one...
             let mut closing = push(&mut batch, op) | take_queued(&mut ops, &mut batch);
             // ...and, after a commit of several ops, what comes until it has as many, for no
             // longer than that commit took (see `pacing`).
-            if let (Some(wait), Some(timer)) = (pacing.wait(), &timer) {
+            if let Some(wait) = pacing.wait() {
                 let wanted = wait.ops.min(batch.limit);
                 while !closing && batch.parts < wanted {
-                    let until = wait.until.into();
-                    match timer.block_on(async { tokio::time::timeout_at(until, ops.recv()).await })
-                    {
-                        Ok(Some(op)) => {
+                    match recv_until(&mut ops, wait.until) {
+                        Some(Some(op)) => {
                             closing |= push(&mut batch, op) | take_queued(&mut ops, &mut batch)
                         }
                         // Every sender is gone (the next receive ends the loop), or time is up.
-                        Ok(None) | Err(_) => break,
+                        Some(None) | None => break,
                     }
                 }
             }
