@@ -411,3 +411,50 @@ async fn a_catch_up_read_carries_megabytes_in_one_response() {
     );
     assert!(read.bytes().await.unwrap() == written, "the bytes differ");
 }
+
+/// A catch-up response that fills its room (8 MiB) exactly to the tail says it is up to date:
+/// its reader needs no further request to learn that nothing follows. One more byte, and the
+/// same response is not; the next one carries that byte and is.
+#[tokio::test]
+async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
+    const ROOM: usize = 8 * 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("room-long");
+    let post = |body: Vec<u8>| {
+        http()
+            .post(&url)
+            .header("content-type", "application/octet-stream")
+            .body(body)
+            .send()
+    };
+    let created = http()
+        .put(&url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for _ in 0..ROOM / (256 * 1024) {
+        let appended = post(vec![b'r'; 256 * 1024]).await.unwrap();
+        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    }
+    let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
+    assert_eq!(read.bytes().await.unwrap().len(), ROOM);
+
+    let appended = post(b"!".to_vec()).await.unwrap();
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
+    assert_eq!(header(&read, "stream-up-to-date"), None, "one byte follows");
+    let next = header(&read, "stream-next-offset").unwrap();
+    assert_eq!(read.bytes().await.unwrap().len(), ROOM);
+    let rest = http()
+        .get(format!("{url}?offset={next}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&rest, "stream-up-to-date").as_deref(), Some("true"));
+    assert_eq!(&rest.bytes().await.unwrap()[..], b"!");
+    server.stop().await;
+}

@@ -136,7 +136,10 @@ impl HttpFace {
                 }
             }
         }
-        let caught_up = bytes < limit;
+        // Up to date when the read stopped short of its room, or filled it exactly to the tail
+        // the snapshot found (else a stream as long as the room costs its reader one more
+        // request, to learn that nothing follows).
+        let caught_up = bytes < limit || reader.position() >= snapshot.tail;
         if long_poll && pieces.is_empty() && !reader.ended() {
             match tokio::time::timeout(LONG_POLL_WAIT, reader.wait(MAX_READ_BYTES)).await {
                 Ok(piece) => {
