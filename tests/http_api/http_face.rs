@@ -458,3 +458,55 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
     assert_eq!(&rest.bytes().await.unwrap()[..], b"!");
     server.stop().await;
 }
+
+/// An SSE reader whose first event is full (256 KiB, all that is committed) is told it is up
+/// to date at once, by a control event of its own, not only when more data comes.
+#[tokio::test]
+async fn an_sse_reader_after_a_full_event_is_told_it_is_up_to_date() {
+    const EVENT_BYTES: usize = 256 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("full-event");
+    let created = http()
+        .put(&url)
+        .header("content-type", "text/plain")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for _ in 0..EVENT_BYTES / (64 * 1024) {
+        let appended = http()
+            .post(&url)
+            .header("content-type", "text/plain")
+            .body("a".repeat(64 * 1024))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    }
+    let mut events = http()
+        .get(format!("{url}?offset=-1&live=sse"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(events.status(), StatusCode::OK);
+    let mut got = String::new();
+    let caught_up = tokio::time::timeout(WAIT, async {
+        while let Some(piece) = events.chunk().await.unwrap() {
+            got.push_str(&String::from_utf8_lossy(&piece));
+            if got.contains("\"upToDate\":true") {
+                return;
+            }
+        }
+    })
+    .await;
+    let data: usize = got
+        .lines()
+        .filter_map(|line| line.strip_prefix("data:"))
+        .filter(|data| !data.starts_with('{'))
+        .map(str::len)
+        .sum();
+    assert!(caught_up.is_ok(), "no upToDate control after {data} bytes");
+    assert_eq!(data, EVENT_BYTES);
+    server.stop().await;
+}

@@ -124,6 +124,10 @@ struct Events {
     /// carry (from the request's).
     cursor: u64,
     first: bool,
+    /// The last control event said more was committed than its event carried (the event was
+    /// full): the next goes out as soon as there is nothing more, data or not, to say that the
+    /// reader is up to date.
+    behind: bool,
     /// Text read but not yet sent: the first bytes of a character whose rest is not committed.
     held: Vec<u8>,
     /// When a keepalive is due, if nothing is sent before.
@@ -149,6 +153,7 @@ fn events(
         reader,
         cursor: cursor::next(cursor_param.as_deref()),
         first: true,
+        behind: false,
         held: Vec::new(),
         keepalive_at: now + KEEPALIVE,
         deadline: now + MAX_CONNECTION,
@@ -199,8 +204,9 @@ async fn next_event(
                 }
             }
         }
-        // The first control goes out at once, data or not, to say where the reader is.
-        if !batch.is_empty() || reader.ended() || state.first {
+        // The first control goes out at once, data or not, to say where the reader is; so does
+        // the one after a full event, to say it is caught up.
+        if !batch.is_empty() || reader.ended() || state.first || state.behind {
             break;
         }
         // Caught up: wait for more, with a keepalive comment after a quiet while.
@@ -260,6 +266,7 @@ fn finish_event(state: &mut Events, out: &mut BytesMut, up_to_date: bool) {
         reader,
         cursor,
         first,
+        behind,
         held,
         keepalive_at,
         ..
@@ -276,6 +283,7 @@ fn finish_event(state: &mut Events, out: &mut BytesMut, up_to_date: bool) {
         reader.ended_as(),
     );
     *first = false;
+    *behind = !up_to_date;
     *keepalive_at = Instant::now() + KEEPALIVE;
 }
 
