@@ -414,36 +414,50 @@ async fn a_catch_up_read_carries_megabytes_in_one_response() {
 
 /// A catch-up response that fills its room (8 MiB) exactly to the tail says it is up to date:
 /// its reader needs no further request to learn that nothing follows. One more byte, and the
-/// same response is not; the next one carries that byte and is.
+/// same response is not; the next one carries that byte and is. Filled exactly to a closed
+/// stream's end, it says the stream is closed, and how it ended.
 #[tokio::test]
 async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
     const ROOM: usize = 8 * 1024 * 1024;
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_http(test_config(dir.path())).await;
-    let url = server.stream_url("room-long");
-    let post = |body: Vec<u8>| {
-        http()
-            .post(&url)
+    let post = |url: &str, body: Vec<u8>, close: bool| {
+        let mut request = http()
+            .post(url)
             .header("content-type", "application/octet-stream")
-            .body(body)
-            .send()
+            .body(body);
+        if close {
+            request = request.header("stream-closed", "true");
+        }
+        request.send()
     };
-    let created = http()
-        .put(&url)
-        .header("content-type", "application/octet-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::CREATED);
-    for _ in 0..ROOM / (256 * 1024) {
-        let appended = post(vec![b'r'; 256 * 1024]).await.unwrap();
-        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-    }
+    // A stream of exactly `ROOM` bytes at `url`, closed with `close`.
+    let fill = |url: String, close: bool| async move {
+        let created = http()
+            .put(&url)
+            .header("content-type", "application/octet-stream")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(created.status(), StatusCode::CREATED);
+        for _ in 0..ROOM / (256 * 1024) {
+            let appended = post(&url, vec![b'r'; 256 * 1024], false).await.unwrap();
+            assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+        }
+        if close {
+            let closed = post(&url, Vec::new(), true).await.unwrap();
+            assert_eq!(closed.status(), StatusCode::NO_CONTENT);
+        }
+    };
+
+    let url = server.stream_url("room-long");
+    fill(url.clone(), false).await;
     let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
     assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
+    assert_eq!(header(&read, "stream-closed"), None, "still open");
     assert_eq!(read.bytes().await.unwrap().len(), ROOM);
 
-    let appended = post(b"!".to_vec()).await.unwrap();
+    let appended = post(&url, b"!".to_vec(), false).await.unwrap();
     assert_eq!(appended.status(), StatusCode::NO_CONTENT);
     let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
     assert_eq!(header(&read, "stream-up-to-date"), None, "one byte follows");
@@ -456,6 +470,22 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
         .unwrap();
     assert_eq!(header(&rest, "stream-up-to-date").as_deref(), Some("true"));
     assert_eq!(&rest.bytes().await.unwrap()[..], b"!");
+
+    // Closed, a stream read exactly to its end says that too.
+    let closed = server.stream_url("room-long-closed");
+    fill(closed.clone(), true).await;
+    let read = http()
+        .get(format!("{closed}?offset=-1"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
+    assert_eq!(header(&read, "stream-closed").as_deref(), Some("true"));
+    assert_eq!(
+        header(&read, "tapedeck-ended-as").as_deref(),
+        Some("completed")
+    );
+    assert_eq!(read.bytes().await.unwrap().len(), ROOM);
     server.stop().await;
 }
 

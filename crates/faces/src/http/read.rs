@@ -140,6 +140,13 @@ impl HttpFace {
         // the snapshot found (else a stream as long as the room costs its reader one more
         // request, to learn that nothing follows).
         let caught_up = bytes < limit || reader.position() >= snapshot.tail;
+        if bytes == limit && snapshot.closed && caught_up {
+            // Filled exactly to a closed stream's end: one more look finds that end, and how
+            // the stream ended. Nothing follows a close, but what it finds still goes out.
+            if let Some(piece) = reader.ready(1).await.map_err(failed)? {
+                pieces.push(piece.data);
+            }
+        }
         if long_poll && pieces.is_empty() && !reader.ended() {
             match tokio::time::timeout(LONG_POLL_WAIT, reader.wait(MAX_READ_BYTES)).await {
                 Ok(piece) => {
