@@ -382,26 +382,9 @@ async fn a_catch_up_read_carries_megabytes_in_one_response() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_http(test_config(dir.path())).await;
     let url = server.stream_url("long-stream");
-    let created = http()
-        .put(&url)
-        .header("content-type", "application/octet-stream")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::CREATED);
-    let mut written = Vec::new();
-    for i in 0..48u8 {
-        let append = vec![i; 64 * 1024];
-        written.extend_from_slice(&append);
-        let appended = http()
-            .post(&url)
-            .header("content-type", "application/octet-stream")
-            .body(append)
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-    }
+    let appends: Vec<Vec<u8>> = (0..48u8).map(|i| vec![i; 64 * 1024]).collect();
+    let written = appends.concat();
+    write_stream(&url, "application/octet-stream", appends).await;
     let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
     assert_eq!(read.status(), StatusCode::OK);
     assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
@@ -431,27 +414,11 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
         }
         request.send()
     };
-    // A stream of exactly `ROOM` bytes at `url`, closed with `close`.
-    let fill = |url: String, close: bool| async move {
-        let created = http()
-            .put(&url)
-            .header("content-type", "application/octet-stream")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(created.status(), StatusCode::CREATED);
-        for _ in 0..ROOM / (256 * 1024) {
-            let appended = post(&url, vec![b'r'; 256 * 1024], false).await.unwrap();
-            assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-        }
-        if close {
-            let closed = post(&url, Vec::new(), true).await.unwrap();
-            assert_eq!(closed.status(), StatusCode::NO_CONTENT);
-        }
-    };
+    // Appends of `ROOM` bytes in all.
+    let room = || (0..ROOM / (256 * 1024)).map(|_| vec![b'r'; 256 * 1024]);
 
     let url = server.stream_url("room-long");
-    fill(url.clone(), false).await;
+    write_stream(&url, "application/octet-stream", room()).await;
     let read = http().get(format!("{url}?offset=-1")).send().await.unwrap();
     assert_eq!(header(&read, "stream-up-to-date").as_deref(), Some("true"));
     assert_eq!(header(&read, "stream-closed"), None, "still open");
@@ -473,7 +440,9 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
 
     // Closed, a stream read exactly to its end says that too.
     let closed = server.stream_url("room-long-closed");
-    fill(closed.clone(), true).await;
+    write_stream(&closed, "application/octet-stream", room()).await;
+    let closing = post(&closed, Vec::new(), true).await.unwrap();
+    assert_eq!(closing.status(), StatusCode::NO_CONTENT);
     let read = http()
         .get(format!("{closed}?offset=-1"))
         .send()
@@ -497,23 +466,8 @@ async fn an_sse_reader_after_a_full_event_is_told_it_is_up_to_date() {
     let dir = tempfile::tempdir().unwrap();
     let server = TestServer::start_with_http(test_config(dir.path())).await;
     let url = server.stream_url("full-event");
-    let created = http()
-        .put(&url)
-        .header("content-type", "text/plain")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(created.status(), StatusCode::CREATED);
-    for _ in 0..EVENT_BYTES / (64 * 1024) {
-        let appended = http()
-            .post(&url)
-            .header("content-type", "text/plain")
-            .body("a".repeat(64 * 1024))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
-    }
+    let appends = (0..EVENT_BYTES / (64 * 1024)).map(|_| vec![b'a'; 64 * 1024]);
+    write_stream(&url, "text/plain", appends).await;
     let mut events = http()
         .get(format!("{url}?offset=-1&live=sse"))
         .send()
@@ -539,4 +493,25 @@ async fn an_sse_reader_after_a_full_event_is_told_it_is_up_to_date() {
     assert!(caught_up.is_ok(), "no upToDate control after {data} bytes");
     assert_eq!(data, EVENT_BYTES);
     server.stop().await;
+}
+
+/// Creates the stream at `url` with `content_type`, and appends each of `appends` to it.
+async fn write_stream(url: &str, content_type: &str, appends: impl IntoIterator<Item = Vec<u8>>) {
+    let created = http()
+        .put(url)
+        .header("content-type", content_type)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    for append in appends {
+        let appended = http()
+            .post(url)
+            .header("content-type", content_type)
+            .body(append)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    }
 }
