@@ -228,6 +228,56 @@ try {
     check(c.name, "EventSource, catch-up", catchUpInBrowser, expected(c, true))
     await tab.close()
   }
+
+  // An SSE event holds at most 256 KiB. One that comes out exactly full, with nothing more
+  // committed, is followed at once by a control event saying the reader is up to date (not
+  // only when more data comes): for the npm client live, and for EventSource catching up.
+  {
+    const name = "full-event"
+    const path = `/v1/stream/foreign-${name}-${process.pid}`
+    const full = "f".repeat(256 * 1024)
+    const handle = await DurableStream.create({ url: `${base}${path}`, contentType: "text/plain" })
+    const live = await stream({ url: readBase(1) + path, offset: "-1", live: "sse" })
+    let read = 0
+    const upToDate = new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(`not up to date after ${read} bytes`), WAIT_MS)
+      live.subscribeBytes((chunk) => {
+        read += chunk.data.length
+        if (chunk.upToDate && read === full.length) {
+          clearTimeout(timer)
+          resolve("up to date")
+        }
+      })
+    })
+    await handle.append(full)
+    check(name, "npm client, live SSE", await upToDate, "up to date")
+    const tab = await browser.newPage()
+    await tab.goto(`http://127.0.0.1:${pages.address().port}/`)
+    const caughtUp = await tab.evaluate(
+      ([u, wait]) =>
+        new Promise((resolve) => {
+          const es = new EventSource(u + "?offset=-1&live=sse")
+          let n = 0
+          const done = (what) => {
+            es.close()
+            resolve(what)
+          }
+          const timer = setTimeout(() => done(`not up to date after ${n} bytes`), wait)
+          es.addEventListener("data", (e) => (n += e.data.length))
+          es.addEventListener("control", (e) => {
+            if (JSON.parse(e.data).upToDate && n === 256 * 1024) {
+              clearTimeout(timer)
+              done("up to date")
+            }
+          })
+        }),
+      [readBase(2) + path, WAIT_MS],
+    )
+    check(name, "EventSource, catch-up", caughtUp, "up to date")
+    await tab.close()
+    live.cancel()
+    await handle.close()
+  }
 } finally {
   await browser.close()
   pages.close()
