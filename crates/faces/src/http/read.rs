@@ -136,13 +136,14 @@ impl HttpFace {
                 }
             }
         }
-        // Up to date when the read stopped short of its room, or filled it exactly to the tail
-        // the snapshot found (else a stream as long as the room costs its reader one more
-        // request, to learn that nothing follows).
-        let caught_up = bytes < limit || reader.position() >= snapshot.tail;
-        if bytes == limit && snapshot.closed && caught_up {
-            // Filled exactly to a closed stream's end: one more look finds that end, and how
-            // the stream ended. Nothing follows a close, but what it finds still goes out.
+        // Up to date when the read stopped short of its room, or its room stopped it at the
+        // tail the snapshot found (a stream as long as the room, or a JSON message that ends
+        // past it): else its reader makes one more request to learn that nothing follows.
+        let full_to_tail = bytes >= limit && reader.position() >= snapshot.tail;
+        let caught_up = bytes < limit || full_to_tail;
+        if full_to_tail && snapshot.closed && !reader.ended() {
+            // Stopped by its room at a closed stream's end: one more look finds that end, and
+            // how the stream ended. Nothing follows a close, but what it finds still goes out.
             if let Some(piece) = reader.ready(1).await.map_err(failed)? {
                 pieces.push(piece.data);
             }
@@ -199,11 +200,15 @@ impl HttpFace {
         if from == ReadFrom::Now {
             return Ok(reply.cache("no-store").body(room.body_of(body)));
         }
+        // A full response that reached the tail says so; the same bytes with more after them
+        // do not, so the two must not share a tag (a revalidation would keep the first's
+        // `Stream-Up-To-Date`).
         let etag = format!(
-            "\"{:032x}:{}:{}{}\"",
+            "\"{:032x}:{}:{}{}{}\"",
             id.key(),
             Offset(offset),
             Offset(end),
+            if full_to_tail { ":u" } else { "" },
             if closed { ":c" } else { "" }
         );
         let matched = headers
