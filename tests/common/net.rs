@@ -2,7 +2,7 @@
 //! connections can be cut at once.
 use std::net::SocketAddr;
 
-use super::{RecorderClient, ResumerClient, recorder_client, resumer_client};
+use super::{RecorderClient, ResumerClient, WAIT, recorder_client, resumer_client};
 
 /// Where [`free_port`] picks from: below Linux's ephemeral range (32768-60999), from which the
 /// kernel hands out the local ports of outgoing connections and of `bind` to port 0. A port
@@ -89,6 +89,25 @@ pub(crate) fn scrape(addr: SocketAddr) -> prometheus_parse::Scrape {
     assert!(head.contains(" 200 "), "{head}");
     let lines = body.lines().map(|l| Ok(l.to_string()));
     prometheus_parse::Scrape::parse(lines).expect("the Prometheus text format")
+}
+
+/// Scrapes `/metrics` until `done` holds (within [`WAIT`]).
+pub(crate) async fn metric_until(
+    addr: SocketAddr,
+    what: &str,
+    done: impl Fn(&prometheus_parse::Scrape) -> bool,
+) {
+    let deadline = tokio::time::Instant::now() + WAIT;
+    loop {
+        let scrape = tokio::task::spawn_blocking(move || scrape(addr))
+            .await
+            .unwrap();
+        if done(&scrape) {
+            return;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
 }
 
 /// The value of the sample `name` whose labels include `labels` (a histogram's: its count).

@@ -424,6 +424,15 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
     assert_eq!(header(&read, "stream-closed"), None, "still open");
     let tag = header(&read, "etag").unwrap();
     assert_eq!(read.bytes().await.unwrap().len(), ROOM);
+    // Revalidated unchanged: 304, with the caching the 200 had.
+    let unchanged = http()
+        .get(format!("{url}?offset=-1"))
+        .header("if-none-match", &tag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unchanged.status(), StatusCode::NOT_MODIFIED);
+    assert!(header(&unchanged, "cache-control").is_some_and(|c| c.contains("max-age")));
 
     // The same bytes with one more after them: not up to date, and not the same response
     // to a revalidation either.
@@ -487,6 +496,42 @@ async fn a_read_that_fills_its_room_to_the_tail_is_up_to_date() {
     assert_eq!(header(&read, "stream-closed").as_deref(), Some("true"));
     let messages: Vec<String> = serde_json::from_slice(&read.bytes().await.unwrap()).unwrap();
     assert_eq!(messages.len(), 9);
+    server.stop().await;
+}
+
+/// Text its room cuts ends with whole characters: each response decodes on its own (as the
+/// npm client's `text()` decodes it), and together they are what was written.
+#[tokio::test]
+async fn text_cut_by_a_reads_room_keeps_its_characters_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start_with_http(test_config(dir.path())).await;
+    let url = server.stream_url("euros");
+    // One byte, then three-byte characters past 8 MiB: the room's end falls inside one.
+    let euros = "€".repeat(349_525);
+    let mut appends = vec![b"a".to_vec()];
+    appends.extend((0..9).map(|_| euros.as_bytes().to_vec()));
+    let written = String::from_utf8(appends.concat()).unwrap();
+    write_stream(&url, "text/plain; charset=utf-8", appends).await;
+    let (mut read, mut offset, mut responses) = (String::new(), "-1".to_string(), 0);
+    loop {
+        let response = http()
+            .get(format!("{url}?offset={offset}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), StatusCode::OK);
+        let up_to_date = header(&response, "stream-up-to-date").is_some();
+        offset = header(&response, "stream-next-offset").unwrap();
+        let body = response.bytes().await.unwrap();
+        let text = std::str::from_utf8(&body).expect("each response is whole characters");
+        read.push_str(text);
+        responses += 1;
+        if up_to_date {
+            break;
+        }
+    }
+    assert!(responses > 1, "the room cut the text");
+    assert!(read == written, "the text differs");
     server.stop().await;
 }
 

@@ -486,3 +486,67 @@ async fn connections_past_the_limit_are_refused_while_earlier_ones_keep_working(
     }
     server.stop().await;
 }
+
+/// A long-poll that waited, then found more committed than its room (1 MiB), answers with its
+/// room's worth and does not say it is up to date; the next read has the rest.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_poll_that_waited_answers_with_at_most_its_room() {
+    const ROOM: usize = 1024 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    // One append of 3 MiB, so that one commit holds more than the room.
+    let server = BinaryServer::spawn(
+        dir.path(),
+        &[
+            "--http-listen",
+            "127.0.0.1:0",
+            "--metrics-listen",
+            "127.0.0.1:0",
+            "--max-chunk-bytes",
+            "4194304",
+        ],
+    );
+    let (face, metrics) = (server.http_addr.unwrap(), server.metrics_addr.unwrap());
+    let url = format!("http://{face}/v1/stream/waited");
+    let created = http()
+        .put(&url)
+        .header("content-type", "application/octet-stream")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(created.status(), StatusCode::CREATED);
+    let poll = tokio::spawn(http().get(format!("{url}?offset=-1&live=long-poll")).send());
+    metric_until(metrics, "the long-poll waits", |scrape| {
+        metric_value(
+            scrape,
+            "tapedeck_http_open_readers",
+            &[("kind", "long-poll")],
+        ) == Some(1.0)
+    })
+    .await;
+    let written: Vec<u8> = (0..3 * ROOM).map(|i| (i % 251) as u8).collect();
+    let appended = http()
+        .post(&url)
+        .header("content-type", "application/octet-stream")
+        .body(written.clone())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(appended.status(), StatusCode::NO_CONTENT);
+    let answer = poll.await.unwrap().unwrap();
+    assert_eq!(answer.status(), StatusCode::OK);
+    assert!(answer.headers().get("stream-up-to-date").is_none());
+    let next = answer.headers()["stream-next-offset"]
+        .to_str()
+        .unwrap()
+        .to_string();
+    let first = answer.bytes().await.unwrap();
+    assert_eq!(first.len(), ROOM);
+    let rest = http()
+        .get(format!("{url}?offset={next}"))
+        .send()
+        .await
+        .unwrap();
+    assert!(rest.headers().get("stream-up-to-date").is_some());
+    let rest = rest.bytes().await.unwrap();
+    assert_eq!([&first[..], &rest[..]].concat(), written);
+}

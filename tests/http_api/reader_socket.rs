@@ -6,27 +6,10 @@
 use crate::common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use common::*;
-use prometheus_parse::Scrape;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-/// Scrapes `/metrics` until `done` holds (within [`WAIT`]).
-async fn metric_until(addr: SocketAddr, what: &str, done: impl Fn(&Scrape) -> bool) {
-    let deadline = tokio::time::Instant::now() + WAIT;
-    loop {
-        let scrape = tokio::task::spawn_blocking(move || scrape(addr))
-            .await
-            .unwrap();
-        if done(&scrape) {
-            return;
-        }
-        assert!(tokio::time::Instant::now() < deadline, "never: {what}");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
 
 /// Sends `request` on a new connection to `addr`.
 async fn send(addr: SocketAddr, request: &str) -> TcpStream {

@@ -54,6 +54,7 @@ mod router;
 mod sse;
 mod stop;
 mod telemetry;
+mod whole_characters;
 mod write;
 
 use std::future::Future;

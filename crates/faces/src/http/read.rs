@@ -11,6 +11,8 @@ use super::json;
 use super::offset::{Offset, ReadFrom};
 use super::read_room::ResponseRoom;
 use super::reply::*;
+use super::sse::Encoding;
+use super::whole_characters;
 use super::write::stream_refused;
 use crate::id::ConversationId;
 use crate::recorder::streams::StreamSnapshot;
@@ -140,7 +142,7 @@ impl HttpFace {
         // tail the snapshot found (a stream as long as the room, or a JSON message that ends
         // past it): else its reader makes one more request to learn that nothing follows.
         let full_to_tail = bytes >= limit && reader.position() >= snapshot.tail;
-        let caught_up = bytes < limit || full_to_tail;
+        let mut caught_up = bytes < limit || full_to_tail;
         if full_to_tail && snapshot.closed && !reader.ended() {
             // Stopped by its room at a closed stream's end: one more look finds that end, and
             // how the stream ended. Nothing follows a close, but what it finds still goes out.
@@ -152,12 +154,19 @@ impl HttpFace {
             match tokio::time::timeout(LONG_POLL_WAIT, reader.wait(MAX_READ_BYTES)).await {
                 Ok(piece) => {
                     if let Some(piece) = piece.map_err(failed)? {
+                        bytes += piece.data.len();
                         pieces.push(piece.data);
-                        while let Some(piece) =
-                            reader.ready(MAX_READ_BYTES).await.map_err(failed)?
-                        {
-                            pieces.push(piece.data);
+                        // What else is committed, within the room.
+                        while bytes < limit {
+                            match reader.ready(limit - bytes).await.map_err(failed)? {
+                                Some(piece) => {
+                                    bytes += piece.data.len();
+                                    pieces.push(piece.data);
+                                }
+                                None => break,
+                            }
                         }
+                        caught_up = bytes < limit;
                     }
                 }
                 Err(_) => {
@@ -169,9 +178,14 @@ impl HttpFace {
                 }
             }
         }
+        // Text its room cut ends with whole characters; the rest of the last one comes next.
+        let held = match !caught_up && Encoding::of(&snapshot) == Encoding::Text {
+            true => whole_characters::hold_back_unfinished_character(&mut pieces) as u64,
+            false => 0,
+        };
         // `now` reads nothing, so the reader has not looked: the snapshot knows.
         let closed = reader.ended() || (from == ReadFrom::Now && snapshot.closed);
-        let end = reader.position();
+        let end = reader.position() - held;
         if long_poll && pieces.is_empty() {
             // Closed while (or before) waiting, at the tail: EOF, at once.
             return Ok(Reply::new(StatusCode::NO_CONTENT)
@@ -200,15 +214,15 @@ impl HttpFace {
         if from == ReadFrom::Now {
             return Ok(reply.cache("no-store").body(room.body_of(body)));
         }
-        // A full response that reached the tail says so; the same bytes with more after them
-        // do not, so the two must not share a tag (a revalidation would keep the first's
-        // `Stream-Up-To-Date`).
+        // A response that is up to date says so; the same bytes with more after them (a
+        // smaller room, or a room filled exactly) do not, so the two must not share a tag (a
+        // revalidation would keep the first's `Stream-Up-To-Date`).
         let etag = format!(
             "\"{:032x}:{}:{}{}{}\"",
             id.key(),
             Offset(offset),
             Offset(end),
-            if full_to_tail { ":u" } else { "" },
+            if caught_up { ":u" } else { "" },
             if closed { ":c" } else { "" }
         );
         let matched = headers
@@ -221,6 +235,7 @@ impl HttpFace {
         if matched {
             return Ok(Reply::new(StatusCode::NOT_MODIFIED)
                 .header(http::header::ETAG, &etag)
+                .cache(self.cache_policy())
                 .next_offset(end));
         }
         Ok(reply.body(room.body_of(body)))

@@ -23,6 +23,7 @@ use super::failure::failed;
 use super::json;
 use super::offset::{Offset, ReadFrom};
 use super::reply::*;
+use super::whole_characters::unfinished_character;
 use crate::id::ConversationId;
 use crate::recorder::Status;
 use crate::recorder::streams::{LineageReader, StreamSnapshot, essence};
@@ -67,14 +68,16 @@ pub(crate) async fn nudge_readers(recorder: crate::recorder::Recorder) {
 
 /// How a stream's bytes are written into `data` events.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Encoding {
+pub(super) enum Encoding {
     Text,
     Json,
     Base64,
 }
 
 impl Encoding {
-    fn of(snapshot: &StreamSnapshot) -> Self {
+    /// How a stream of `snapshot`'s content type goes out over SSE: text as it is, JSON as
+    /// arrays, anything else in base64.
+    pub(super) fn of(snapshot: &StreamSnapshot) -> Self {
         let essence = essence(&snapshot.content_type).to_ascii_lowercase();
         if snapshot.is_json() {
             Encoding::Json
@@ -389,25 +392,6 @@ fn undecided_tail(text: &[u8]) -> usize {
     unfinished_character(text)
 }
 
-/// How many bytes at the end of `text` are the start of a UTF-8 character whose other bytes
-/// are missing (0 to 3). Bytes that can never become a character count as whole: they go out
-/// as they are.
-fn unfinished_character(text: &[u8]) -> usize {
-    let tail = &text[text.len().saturating_sub(3)..];
-    for (back, &byte) in tail.iter().rev().enumerate() {
-        let width = match byte {
-            0x80..=0xBF => continue, // a continuation byte: its lead is further back
-            0xC2..=0xDF => 2,
-            0xE0..=0xEF => 3,
-            0xF0..=0xF4 => 4,
-            _ => return 0,
-        };
-        let have = back + 1;
-        return if have < width { have } else { 0 };
-    }
-    0
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -427,23 +411,6 @@ mod tests {
         let mut out = BytesMut::new();
         data_lines(&mut out, b" world\n  two\nthree ");
         assert_eq!(&out[..], b"data:  world\ndata:   two\ndata:three \n");
-    }
-
-    #[test]
-    fn an_unfinished_character_is_held_back_and_a_whole_one_is_not() {
-        let crab = "🦀".as_bytes(); // four bytes
-        for cut in 1..4 {
-            let mut text = b"hi ".to_vec();
-            text.extend_from_slice(&crab[..cut]);
-            assert_eq!(unfinished_character(&text), cut);
-        }
-        assert_eq!(unfinished_character("hi 🦀".as_bytes()), 0);
-        assert_eq!(unfinished_character("é".as_bytes()), 0);
-        assert_eq!(unfinished_character(&"é".as_bytes()[..1]), 1);
-        assert_eq!(unfinished_character(b""), 0);
-        // Bytes that can never be a character are not held.
-        assert_eq!(unfinished_character(b"a\xff"), 0);
-        assert_eq!(unfinished_character(b"\x80\x80\x80"), 0);
     }
 
     #[test]
