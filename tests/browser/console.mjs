@@ -68,7 +68,11 @@ try {
     await tab.goto(`${base}/console/#/recordings/doomed`)
     await tab.locator("#content", { hasText: "<img" }).waitFor({ timeout })
     await look()
+    // The page deletes in the background: a reload before its DELETE is answered would
+    // abort it.
+    const deleted = tab.waitForResponse((r) => r.request().method() === "DELETE", { timeout })
     await tab.locator("#delete").click()
+    await deleted
     await tab.goto(`${base}/console/#/recordings/doomed`)
     await tab.reload()
     await tab.locator("span.tombstone").waitFor({ timeout })
