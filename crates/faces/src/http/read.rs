@@ -141,7 +141,9 @@ impl HttpFace {
         // Up to date when the read stopped short of its room, or its room stopped it at the
         // tail the snapshot found (a stream as long as the room, or a JSON message that ends
         // past it): else its reader makes one more request to learn that nothing follows.
-        let full_to_tail = bytes >= limit && reader.position() >= snapshot.tail;
+        // Exactly there: a read past that tail took what was committed since, and may stop
+        // anywhere in it.
+        let full_to_tail = bytes >= limit && reader.position() == snapshot.tail;
         let mut caught_up = bytes < limit || full_to_tail;
         if full_to_tail && snapshot.closed && !reader.ended() {
             // Stopped by its room at a closed stream's end: one more look finds that end, and
