@@ -9,8 +9,8 @@ const ROOT: &str = env!("CARGO_MANIFEST_DIR");
 /// Runs the script with the writes on `bases[0]` and the reads spread over the rest (or on
 /// `bases[0]` alone), and fails the test unless every check of every case passed.
 pub(crate) fn durable_streams_read_back_what_they_wrote(bases: &[String]) {
-    // Every case ran every check: 7 cases × 6 checks, and the full event's 2.
-    node_checks("durable_streams.mjs", "@durable-streams/client", bases, 44);
+    // Every case ran every check: 7 cases × 6 checks, the full event's 2 and the long text's 1.
+    node_checks("durable_streams.mjs", "@durable-streams/client", bases, 45);
 }
 
 /// Runs `tests/foreign/SCRIPT` with Node on `args`, and fails the test unless the script

@@ -278,6 +278,38 @@ try {
     live.cancel()
     await handle.close()
   }
+
+  // Text longer than a response's room, read live by long-poll until the stream closes: the
+  // npm client decodes each response's text on its own, so every response must end with whole
+  // characters (the room's end falls inside a "€" here).
+  {
+    const name = "long-text"
+    const path = `/v1/stream/foreign-${name}-${process.pid}`
+    const euros = "€".repeat(349525)
+    const handle = await DurableStream.create({ url: `${base}${path}`, contentType: "text/plain; charset=utf-8" })
+    await handle.append("a")
+    for (let i = 0; i < 9; i++) await handle.append(euros)
+    await handle.close()
+    const reader = await stream({ url: readBase(1) + path, offset: "-1", live: "long-poll" })
+    const parts = []
+    const text = await new Promise((resolve) => {
+      const timer = setTimeout(() => resolve(parts.join("")), WAIT_MS)
+      reader.subscribeText((chunk) => {
+        parts.push(chunk.text)
+        if (chunk.streamClosed) {
+          clearTimeout(timer)
+          resolve(parts.join(""))
+        }
+      })
+    })
+    const want = "a" + euros.repeat(9)
+    let at = 0
+    while (at < want.length && text[at] === want[at]) at++
+    const got = at === want.length && text.length === want.length
+      ? "the text written"
+      : `${text.length} characters, differing at ${at}: ${JSON.stringify(text.slice(at - 2, at + 3))}`
+    check(name, "npm client, long-poll text", got, "the text written")
+  }
 } finally {
   await browser.close()
   pages.close()
