@@ -2,6 +2,7 @@
 //! lineage; here come offsets, cursors, JSON array framing, ETags and cache headers.
 use std::time::Duration;
 
+use bytes::Bytes;
 use http::{HeaderMap, StatusCode};
 
 use super::HttpFace;
@@ -15,7 +16,7 @@ use super::sse::Encoding;
 use super::whole_characters;
 use super::write::stream_refused;
 use crate::id::ConversationId;
-use crate::recorder::streams::StreamSnapshot;
+use crate::recorder::streams::{LineageReader, StreamSnapshot};
 
 /// Most bytes a long-poll response carries; the rest is a request away (a catch-up read's
 /// limit is its room, see `read_room`).
@@ -128,15 +129,7 @@ impl HttpFace {
         let mut pieces = Vec::new();
         let mut bytes = 0;
         if from != ReadFrom::Now {
-            while bytes < limit {
-                match reader.ready(limit - bytes).await.map_err(failed)? {
-                    Some(piece) => {
-                        bytes += piece.data.len();
-                        pieces.push(piece.data);
-                    }
-                    None => break,
-                }
-            }
+            bytes = take_ready(&mut reader, &mut pieces, limit).await?;
         }
         // Up to date when the read stopped short of its room, or its room stopped it at the
         // tail the snapshot found (a stream as long as the room, or a JSON message that ends
@@ -156,18 +149,9 @@ impl HttpFace {
             match tokio::time::timeout(LONG_POLL_WAIT, reader.wait(MAX_READ_BYTES)).await {
                 Ok(piece) => {
                     if let Some(piece) = piece.map_err(failed)? {
-                        bytes += piece.data.len();
                         pieces.push(piece.data);
-                        // What else is committed, within the room.
-                        while bytes < limit {
-                            match reader.ready(limit - bytes).await.map_err(failed)? {
-                                Some(piece) => {
-                                    bytes += piece.data.len();
-                                    pieces.push(piece.data);
-                                }
-                                None => break,
-                            }
-                        }
+                        // With what else is committed, within the room.
+                        bytes = take_ready(&mut reader, &mut pieces, limit).await?;
                         caught_up = bytes < limit;
                     }
                 }
@@ -251,4 +235,24 @@ impl HttpFace {
             "public, max-age=60, stale-while-revalidate=300"
         }
     }
+}
+
+/// Adds to `pieces` what `reader` has committed already, until they hold `limit` bytes or more
+/// (a JSON message is never cut, so it may end past the limit); returns the bytes they hold.
+async fn take_ready(
+    reader: &mut LineageReader,
+    pieces: &mut Vec<Bytes>,
+    limit: usize,
+) -> Result<usize, Reply> {
+    let mut bytes: usize = pieces.iter().map(Bytes::len).sum();
+    while bytes < limit {
+        match reader.ready(limit - bytes).await.map_err(failed)? {
+            Some(piece) => {
+                bytes += piece.data.len();
+                pieces.push(piece.data);
+            }
+            None => break,
+        }
+    }
+    Ok(bytes)
 }
