@@ -53,10 +53,10 @@ impl Query {
 
 /// Serves a request on stream `path`.
 ///
-/// Each kind of request is awaited boxed (`Box::pin`), here and in `handle`: a
-/// future is as large as its largest branch, and the router moves the handler's future on
-/// every request (into its box, through its layers). Unboxed, an append paid for copying the
-/// state of a read, a create and a forward besides its own, 8 KiB in all, several times over.
+/// Each kind of request is awaited boxed (`Box::pin`), here and in `handle`: a future is as
+/// large as its largest branch, and the router moves the handler's future on every request
+/// (into its box, through its layers). Unboxed, an append paid at each move for copying the
+/// state of a read, a create and a forward besides its own: 8.6 KB, now 0.9.
 pub(super) async fn dispatch(
     State(face): State<Arc<HttpFace>>,
     Path(path): Path<String>,
